@@ -1,0 +1,95 @@
+"""Provider exceptions and the retry loop shared by the OpenAI-compatible providers.
+
+Why a loop of our own instead of the ``openai`` client's ``max_retries``: the services need
+one exception vocabulary (``ProviderError`` and subclasses) whatever the endpoint, and the
+tests need to drive the backoff without sleeping (``sleep`` is injectable).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import openai
+
+T = TypeVar("T")
+
+
+class ProviderError(RuntimeError):
+    """A provider call failed for good (after retries, or on a non-retryable error)."""
+
+
+class ProviderTimeout(ProviderError):
+    """The last attempt timed out (client-side timeout or connection timeout)."""
+
+
+class ProviderRateLimited(ProviderError):
+    """The endpoint kept answering 429 until the retries ran out."""
+
+
+class ProviderBadResponse(ProviderError):
+    """The endpoint answered 2xx but without usable content (refusal, empty choices...)."""
+
+
+class ProviderUnavailable(ProviderError):
+    """The provider cannot be built here: a missing optional package or model file."""
+
+
+def _is_retryable(exc: BaseException) -> bool:
+    if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError)):
+        return True  # APITimeoutError subclasses APIConnectionError; both are transient
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code == 429 or exc.status_code >= 500
+    return False
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    """Seconds from a ``Retry-After`` header of a 429/503, if the server sent one."""
+    if not isinstance(exc, openai.APIStatusError):
+        return None
+    value = exc.response.headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
+
+
+def _final_error(exc: BaseException, what: str, attempts: int) -> ProviderError:
+    detail = f"{what} failed after {attempts} attempt(s): {type(exc).__name__}: {exc}"
+    if isinstance(exc, openai.APITimeoutError):
+        return ProviderTimeout(detail)
+    if isinstance(exc, openai.APIStatusError) and exc.status_code == 429:
+        return ProviderRateLimited(detail)
+    return ProviderError(detail)
+
+
+def call_with_retries(
+    fn: Callable[[], T],
+    *,
+    what: str,
+    max_retries: int,
+    backoff_base: float,
+    backoff_max: float,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """Run ``fn``; on 429/5xx/timeout/connection errors retry up to ``max_retries`` times.
+
+    The delay before retry ``k`` (0-based) is ``min(backoff_max, backoff_base * 2**k)``, or the
+    server's ``Retry-After`` if that is given (capped by ``backoff_max``). No jitter: the
+    callers are few and the delays must be predictable in tests.
+    """
+    attempt = 0
+    while True:
+        try:
+            return fn()
+        except openai.OpenAIError as exc:
+            if not _is_retryable(exc) or attempt >= max_retries:
+                raise _final_error(exc, what, attempt + 1) from exc
+            delay = _retry_after(exc)
+            if delay is None:
+                delay = backoff_base * (2**attempt)
+            sleep(min(backoff_max, delay))
+            attempt += 1
