@@ -10,6 +10,7 @@ at 100 (ADR-0004):
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any, ClassVar
 from uuid import UUID
@@ -81,10 +82,8 @@ class MemoryApplication(Application[UUID]):
         if cache is None:
             return
         for aggregate_id in aggregate_ids:
-            try:
+            with contextlib.suppress(KeyError):
                 cache.get(aggregate_id, evict=True)
-            except KeyError:
-                pass
 
     def agent_events(self, agent_id: str, **kwargs: Any) -> list[Any]:
         """Stored events of the agent aggregate (``gt``/``lte`` versions pass through)."""
