@@ -190,7 +190,9 @@ def ensure_nats(data_dir: Path | str, *, stop_on_exit: bool = True) -> NatsHandl
 
 def release_nats(data_dir: Path, token: Path) -> None:
     """Drop one client token; stop the server if it was the last live client."""
-    runs = run_dir(data_dir)
+    runs = data_dir / "run"
+    if not runs.is_dir():  # data dir deleted meanwhile: nothing left to release
+        return
     with file_lock(runs / "nats.lock"):
         registry = ClientRegistry(runs / "nats-clients")
         registry.unregister(token)

@@ -282,6 +282,11 @@ def _recover_stale(pgdata: Path) -> None:
     for proc in alive:
         with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
+    # Socket lock files name the dead postmaster; if init has not reaped it yet (or never
+    # does, e.g. a container without an init) its zombie pid still "exists" to postgres.
+    for leftover in pgdata.glob(".s.PGSQL.*"):
+        with contextlib.suppress(FileNotFoundError):
+            leftover.unlink()
     pidfile = pgdata / "postmaster.pid"
     if pidfile.exists():
         log.warning("removing stale %s (server was not shut down cleanly)", pidfile)
@@ -307,12 +312,16 @@ def _start(
             f"-k '{socket_dir}'" if socket_dir else "-k ''"]
     if fast_unsafe:  # test servers: throwaway data, durability traded for speed
         opts += ["-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off"]
-    _pg(
-        bin_dir, "pg_ctl",
-        ["-w", "-t", "60", "-D", str(pgdata), "-l", str(pgdata / "server.log"),
-         "-o", " ".join(opts), "start"],
-        run_as,
-    )
+    logfile = pgdata / "server.log"
+    try:
+        _pg(
+            bin_dir, "pg_ctl",
+            ["-w", "-t", "60", "-D", str(pgdata), "-l", str(logfile), "-o", " ".join(opts), "start"],
+            run_as,
+        )
+    except EmbeddedServerError as exc:
+        tail = logfile.read_text(errors="replace").splitlines()[-15:] if logfile.exists() else []
+        raise EmbeddedServerError(f"{exc}\n--- {logfile} (tail) ---\n" + "\n".join(tail)) from None
     return socket_dir
 
 
@@ -417,7 +426,9 @@ def ensure_postgres(
 
 def release_postgres(data_dir: Path, token: Path) -> None:
     """Drop one client token; stop the server if it was the last live client."""
-    runs = run_dir(data_dir)
+    runs = data_dir / "run"
+    if not runs.is_dir():  # data dir deleted meanwhile: nothing left to release
+        return
     with file_lock(runs / "postgres.lock"):
         registry = ClientRegistry(runs / "postgres-clients")
         registry.unregister(token)

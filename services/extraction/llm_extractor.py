@@ -50,7 +50,7 @@ SCHEMA_NAME = "engramdb_extraction"
 # Fields of the domain models the LLM must not fill in (the pipeline sets them).
 _EXCLUDED_FIELDS = {"source_message_ids"}
 # Keywords OpenAI strict mode rejects or that only add noise to the schema.
-_DROPPED_KEYWORDS = {"title", "default", "minLength", "maxLength", "examples"}
+_DROPPED_KEYWORDS = {"title", "default", "minLength", "maxLength", "examples", "description"}
 
 _SYSTEM_MARK = "=== system ==="
 _USER_MARK = "=== user ==="
@@ -89,10 +89,13 @@ def load_prompt(version: str = DEFAULT_PROMPT_VERSION) -> PromptTemplate:
     """Load ``infra/prompts/<name>_<vN>.md`` for a version string like ``extraction/v1``."""
     filename = version.replace("/", "_") + ".md"
     text = _prompt_text(filename)
-    if _SYSTEM_MARK not in text or _USER_MARK not in text:
-        raise ValueError(f"prompt {filename} lacks the {_SYSTEM_MARK!r}/{_USER_MARK!r} marks")
-    _, rest = text.split(_SYSTEM_MARK, 1)
-    system, user = rest.split(_USER_MARK, 1)
+    # The marks must stand alone on their line (the file's header may mention them).
+    parts = re.split(rf"^{re.escape(_SYSTEM_MARK)}$|^{re.escape(_USER_MARK)}$", text, flags=re.M)
+    if len(parts) != 3:
+        raise ValueError(
+            f"prompt {filename} needs one {_SYSTEM_MARK!r} and one {_USER_MARK!r} line"
+        )
+    _, system, user = parts
     return PromptTemplate(version=version, system=system.strip(), user=user.strip())
 
 
@@ -111,9 +114,7 @@ def _strictify(node: Any) -> Any:
             continue
         if key == "properties":
             out[key] = {
-                name: _strictify(sub)
-                for name, sub in value.items()
-                if name not in _EXCLUDED_FIELDS
+                name: _strictify(sub) for name, sub in value.items() if name not in _EXCLUDED_FIELDS
             }
         else:
             out[key] = _strictify(value)
@@ -153,7 +154,9 @@ def _approx_tokens(text: str) -> int:
     return (len(text) + 3) // 4
 
 
-def build_context(request: ExtractionInput, budget_tokens: int = CONTEXT_TOKEN_BUDGET) -> tuple[str, str]:
+def build_context(
+    request: ExtractionInput, budget_tokens: int = CONTEXT_TOKEN_BUDGET
+) -> tuple[str, str]:
     """Known entities and known facts as prompt lines, within ``budget_tokens`` together.
 
     Entities come first (they are short and needed to name things consistently); facts
@@ -211,7 +214,12 @@ def _strip_nulls(item: Any, model: type[BaseModel]) -> Any:
     cleaned = {}
     for key, value in item.items():
         info = model.model_fields.get(key)
-        if value is None and info is not None and not info.is_required() and info.default is not None:
+        if (
+            value is None
+            and info is not None
+            and not info.is_required()
+            and info.default is not None
+        ):
             continue
         cleaned[key] = value
     return cleaned

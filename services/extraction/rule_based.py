@@ -53,7 +53,8 @@ SELF_FALLBACK = "user"
 
 _CAP = "A-ZÀ-ÖØ-Þ"
 _WORD = r"[\w’'-]+"
-_NAME = rf"[{_CAP}][\w’'-]*(?:\s+(?:(?:de|da|do|dos|das|of|del|van|von)\s+)?[{_CAP}][\w’'-]*)*"
+_CONNECTORS = ("de", "da", "do", "dos", "das", "of", "del", "van", "von")
+_NAME = rf"[{_CAP}][\w’'-]*(?:\s+(?:(?:{'|'.join(_CONNECTORS)})\s+)?[{_CAP}][\w’'-]*)*"
 
 # --------------------------------------------------------------------------- vocabularies
 
@@ -85,8 +86,7 @@ _STOPWORDS = _words(
     nao oi olá ola obrigado obrigada valeu bom boa dia tarde noite hoje amanhã ontem tudo todo
     toda todos todas nada ninguém alguém algum alguma muito muita muitos muitas mais menos
     também tambem já ainda agora então entao depois antes sempre nunca às vezes acho talvez
-    segunda terça quarta quinta sexta sábado domingo janeiro fevereiro março abril maio junho
-    julho agosto setembro outubro novembro dezembro natal páscoa mãe pai
+    natal páscoa mãe pai
     """
 )
 
@@ -269,81 +269,161 @@ class _Pattern:
     relation: str | None = None  # relationship self/subject -> object
 
 
-def _p(attribute: str | None, category: str, regex: str, obj_type: str | None = None,
-       relation: str | None = None) -> _Pattern:
+def _p(
+    attribute: str | None,
+    category: str,
+    regex: str,
+    obj_type: str | None = None,
+    relation: str | None = None,
+) -> _Pattern:
     return _Pattern(attribute, category, re.compile(regex, re.IGNORECASE), obj_type, relation)
 
 
 _NEGATIONS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("residence", re.compile(
-        r"\b(?:no longer|don['’]t|do not|doesn['’]t|does not|not)\s+(?:\w+\s+)?live\b"
-        r"|\bmoved (?:out of|away from)\b"
-        r"|\bnão\s+(?:\w+\s+)?(?:moro|mora|moramos|vivo|vive)\b|\b(?:moro|mora) mais\b",
-        re.IGNORECASE)),
-    ("workplace", re.compile(
-        r"\b(?:no longer|don['’]t|do not|doesn['’]t|does not|not)\s+(?:\w+\s+)?work\b"
-        r"|\b(?:quit|left) (?:my|his|her|the) job\b|\bgot (?:fired|laid off)\b"
-        r"|\bnão\s+(?:\w+\s+)?(?:trabalho|trabalha)\b|\bpedi demissão\b"
-        r"|\bfui demitid[oa]\b",
-        re.IGNORECASE)),
+    (
+        "residence",
+        re.compile(
+            r"\b(?:no longer|don['’]t|do not|doesn['’]t|does not|not)\s+(?:\w+\s+)?live\b"
+            r"|\bmoved (?:out of|away from)\b"
+            r"|\bnão\s+(?:\w+\s+)?(?:moro|mora|moramos|vivo|vive)\b|\b(?:moro|mora) mais\b",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "workplace",
+        re.compile(
+            r"\b(?:no longer|don['’]t|do not|doesn['’]t|does not|not)\s+(?:\w+\s+)?work\b"
+            r"|\b(?:quit|left) (?:my|his|her|the) job\b|\bgot (?:fired|laid off)\b"
+            r"|\bnão\s+(?:\w+\s+)?(?:trabalho|trabalha)\b|\bpedi demissão\b"
+            r"|\bfui demitid[oa]\b",
+            re.IGNORECASE,
+        ),
+    ),
 )
 
 _ATTRIBUTE_PATTERNS: tuple[_Pattern, ...] = (
-    _p("residence", "personal",
-       rf"\b(?:live|lives|living|moved|relocated)\s+(?:back\s+)?(?:in|to|into)\s+"
-       rf"(?:the\s+city\s+of\s+)?{_OBJ}", "place", "lives_in"),
-    _p("residence", "personal",
-       rf"\b(?:moro|mora|moramos|moram|morando|vivo|vive|vivemos)\s+{_ADV}"
-       rf"(?:em|no|na|nos|nas)\s+{_OBJ}", "place", "lives_in"),
-    _p("residence", "personal",
-       rf"\b(?:mudei|mudou|mudamos|mudaram)\s+{_ADV}(?:para|pra|pro)\s+"
-       rf"(?:(?:o|a|os|as)\s+)?{_OBJ}", "place", "lives_in"),
-    _p("workplace", "work",
-       rf"\b(?:work|works|working)\s+(?:at|for)\s+(?:the\s+)?{_OBJ}", "organization", "works_at"),
-    _p("workplace", "work",
-       rf"\b(?:trabalho|trabalha|trabalhamos|trabalham|trabalhando)\s+{_ADV}"
-       rf"(?:na|no|nas|nos|para|pra|pela|pelo)\s+{_OBJ}", "organization", "works_at"),
-    _p("job_title", "work",
-       rf"(?:\bI['’]m|\bI am|\bis)\s+{_ADV}(?:a|an)\s+{_OBJ}"),
+    _p(
+        "residence",
+        "personal",
+        rf"\b(?:live|lives|living|moved|relocated)\s+(?:back\s+)?(?:in|to|into)\s+"
+        rf"(?:the\s+city\s+of\s+)?{_OBJ}",
+        "place",
+        "lives_in",
+    ),
+    _p(
+        "residence",
+        "personal",
+        rf"\b(?:moro|mora|moramos|moram|morando|vivo|vive|vivemos)\s+{_ADV}"
+        rf"(?:em|no|na|nos|nas)\s+{_OBJ}",
+        "place",
+        "lives_in",
+    ),
+    _p(
+        "residence",
+        "personal",
+        rf"\b(?:mudei|mudou|mudamos|mudaram)\s+{_ADV}(?:para|pra|pro)\s+"
+        rf"(?:(?:o|a|os|as)\s+)?{_OBJ}",
+        "place",
+        "lives_in",
+    ),
+    _p(
+        "workplace",
+        "work",
+        rf"\b(?:work|works|working)\s+(?:at|for)\s+(?:the\s+)?{_OBJ}",
+        "organization",
+        "works_at",
+    ),
+    _p(
+        "workplace",
+        "work",
+        rf"\b(?:trabalho|trabalha|trabalhamos|trabalham|trabalhando)\s+{_ADV}"
+        rf"(?:na|no|nas|nos|para|pra|pela|pelo)\s+{_OBJ}",
+        "organization",
+        "works_at",
+    ),
+    _p("job_title", "work", rf"(?:\bI['’]m|\bI am|\bis)\s+{_ADV}(?:a|an)\s+{_OBJ}"),
     _p("job_title", "work", rf"\b(?:work|works|working)\s+as\s+(?:a|an)\s+{_OBJ}"),
-    _p("job_title", "work",
-       rf"(?:\bsou|\bé|\btrabalho como|\btrabalha como)\s+{_ADV}(?:(?:um|uma)\s+)?{_OBJ}"),
-    _p("relationship_status", "relationship",
-       r"(?:\bI['’]m|\bI am|\bis|\bgot)\s+(?:now\s+|happily\s+)?"
-       r"(?P<obj>married|single|divorced|engaged|widowed|separated)\b"),
-    _p("relationship_status", "relationship",
-       r"(?:\bsou|\bestou|\bé|\bestá|\bfiquei|\bficou)\s+(?:agora\s+)?"
-       r"(?P<obj>casad[oa]|solteir[oa]|divorciad[oa]|noiv[oa]|viúv[oa]|separad[oa])\b"),
-    _p("relationship_status", "relationship", r"\b(?:me\s+|se\s+)?(?P<obj>casei|casou|divorciei|divorciou)\b"),
-    _p("age", "personal",
-       r"(?:\bI['’]m|\bI am|\bis)\s+(?P<obj>\d{1,3})(?=\s*(?:years?\s+old\b|y/?o\b|[,.;!]|$))"),
+    _p(
+        "job_title",
+        "work",
+        rf"(?:\bsou|\bé|\btrabalho como|\btrabalha como)\s+{_ADV}(?:(?:um|uma)\s+)?{_OBJ}",
+    ),
+    _p(
+        "relationship_status",
+        "relationship",
+        r"(?:\bI['’]m|\bI am|\bis|\bgot)\s+(?:now\s+|happily\s+)?"
+        r"(?P<obj>married|single|divorced|engaged|widowed|separated)\b",
+    ),
+    _p(
+        "relationship_status",
+        "relationship",
+        r"(?:\bsou|\bestou|\bé|\bestá|\bfiquei|\bficou)\s+(?:agora\s+)?"
+        r"(?P<obj>casad[oa]|solteir[oa]|divorciad[oa]|noiv[oa]|viúv[oa]|separad[oa])\b",
+    ),
+    _p(
+        "relationship_status",
+        "relationship",
+        r"\b(?:me\s+|se\s+)?(?P<obj>casei|casou|divorciei|divorciou)\b",
+    ),
+    _p(
+        "age",
+        "personal",
+        r"(?:\bI['’]m|\bI am|\bis)\s+(?P<obj>\d{1,3})(?=\s*(?:years?\s+old\b|y/?o\b|[,.;!]|$))",
+    ),
     _p("age", "personal", r"(?:\btenho|\btem)\s+(?P<obj>\d{1,3})\s+anos\b"),
 )
 
 _REL_PATTERNS = (
-    re.compile(rf"\b(?:my|our|minha|meu|nossa|nosso)\s+(?P<rel>{_REL_ALT})\s*,?\s+(?P<name>{_NAME})"),
-    re.compile(rf"(?P<name>{_NAME})\s*,?\s+(?:is|was|é|era)\s+(?:my|minha|meu)\s+(?P<rel>{_REL_ALT})\b"),
+    re.compile(
+        rf"\b(?:[Mm]y|[Oo]ur|[Mm]inha|[Mm]eu|[Nn]ossa|[Nn]osso)\s+(?P<rel>{_REL_ALT})\s*,?\s+(?P<name>{_NAME})"
+    ),
+    re.compile(
+        rf"(?P<name>{_NAME})\s*,?\s+(?:is|was|é|era)\s+(?:my|minha|meu)\s+(?P<rel>{_REL_ALT})\b"
+    ),
 )
 
 _CATEGORY_HINTS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("preference", re.compile(
-        r"(?<!would )(?<!['’]d )\b(?:like|likes|love|loves|enjoy|enjoys|adore|adores|prefer|"
-        r"prefers|hate|hates|dislike|dislikes|favou?rite|gosto|gosta|adoro|adora|amo|ama|"
-        r"curto|curte|prefiro|prefere|odeio|odeia|favorit[oa])\b", re.IGNORECASE)),
-    ("health", re.compile(
-        r"\b(?:sick|ill|doctor|hospital|surgery|pain|medication|allergic|diagnosed|therapy|"
-        r"doente|médico|hospital|cirurgia|dor|remédio|alérgic[oa]|diagnosticad[oa]|terapia)\b",
-        re.IGNORECASE)),
-    ("plan", re.compile(
-        r"\b(?:going to|gonna|will|plan to|planning|next (?:week|month|year)|tomorrow|"
-        r"vou|vamos|pretendo|planejo|semana que vem|mês que vem|ano que vem|amanhã)\b",
-        re.IGNORECASE)),
-    ("work", re.compile(
-        r"\b(?:job|work|works|office|boss|company|project|career|trabalho|empresa|"
-        r"escritório|chefe|projeto|carreira)\b", re.IGNORECASE)),
-    ("event", re.compile(
-        r"\b(?:yesterday|last (?:week|month|year|night)|went|visited|attended|met|"
-        r"ontem|semana passada|mês passado|ano passado|fui|visitei|conheci)\b", re.IGNORECASE)),
+    (
+        "preference",
+        re.compile(
+            r"(?<!would )(?<!['’]d )\b(?:like|likes|love|loves|enjoy|enjoys|adore|adores|prefer|"
+            r"prefers|hate|hates|dislike|dislikes|favou?rite|gosto|gosta|adoro|adora|amo|ama|"
+            r"curto|curte|prefiro|prefere|odeio|odeia|favorit[oa])\b",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "health",
+        re.compile(
+            r"\b(?:sick|ill|doctor|hospital|surgery|pain|medication|allergic|diagnosed|therapy|"
+            r"doente|médico|hospital|cirurgia|dor|remédio|alérgic[oa]|diagnosticad[oa]|terapia)\b",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "plan",
+        re.compile(
+            r"\b(?:going to|gonna|will|plan to|planning|next (?:week|month|year)|tomorrow|"
+            r"vou|vamos|pretendo|planejo|semana que vem|mês que vem|ano que vem|amanhã)\b",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "work",
+        re.compile(
+            r"\b(?:job|work|works|office|boss|company|project|career|trabalho|empresa|"
+            r"escritório|chefe|projeto|carreira)\b",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "event",
+        re.compile(
+            r"\b(?:yesterday|last (?:week|month|year|night)|went|visited|attended|met|"
+            r"ontem|semana passada|mês passado|ano passado|fui|visitei|conheci)\b",
+            re.IGNORECASE,
+        ),
+    ),
 )
 
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?…])\s+|\n+")
@@ -377,9 +457,7 @@ def _is_greeting(sentence: str) -> bool:
 
 def _is_portuguese(sentence: str) -> bool:
     words = [w.lower() for w in _TOKEN.findall(sentence)]
-    pt = sum(w in _PT_MARKERS for w in words) + sum(
-        ch in "ãõçáéíóúâêô" for ch in sentence.lower()
-    )
+    pt = sum(w in _PT_MARKERS for w in words) + sum(ch in "ãõçáéíóúâêô" for ch in sentence.lower())
     en = sum(w in _EN_MARKERS for w in words)
     return pt > en
 
@@ -393,9 +471,13 @@ def _leading_name(obj: str) -> str | None:
     tokens = match.group(0).split()
     while tokens and tokens[0].lower() in _STOPWORDS:
         tokens.pop(0)
-    while tokens and tokens[-1].lower() in _STOPWORDS:
+    while (
+        len(tokens) > 1
+        and tokens[-1].lower() in _STOPWORDS
+        and tokens[-2].lower() not in _CONNECTORS  # keep "Rio de Janeiro"
+    ):
         tokens.pop()
-    if not tokens:
+    if not tokens or (len(tokens) == 1 and tokens[0].lower() in _STOPWORDS):
         return None
     return _strip_possessive(" ".join(tokens))
 
@@ -417,19 +499,52 @@ def _job_title(obj: str) -> str | None:
 
 
 # EN present-tense verbs after "I": their third-person forms.
-_EN_IRREGULAR = {"am": "is", "'m": "is", "’m": "is", "have": "has", "'ve": "has", "’ve": "has",
-                 "do": "does", "go": "goes", "was": "was"}
+_EN_IRREGULAR = {
+    "am": "is",
+    "'m": "is",
+    "’m": "is",
+    "have": "has",
+    "'ve": "has",
+    "’ve": "has",
+    "do": "does",
+    "go": "goes",
+    "was": "was",
+}
 _EN_ADVERBS = _words(
     "just also really recently finally still never always now actually usually often"
 )
 _EN_MODALS = _words("can could will would should might must may did was had")
 _PT_VERBS = {
-    "sou": "é", "estou": "está", "tenho": "tem", "vou": "vai", "fui": "foi", "moro": "mora",
-    "trabalho": "trabalha", "gosto": "gosta", "adoro": "adora", "amo": "ama", "prefiro": "prefere",
-    "vivo": "vive", "estudo": "estuda", "faço": "faz", "quero": "quer", "preciso": "precisa",
-    "acho": "acha", "sei": "sabe", "posso": "pode", "estava": "estava", "tinha": "tinha",
-    "morava": "morava", "trabalhava": "trabalhava", "comecei": "começou", "fiz": "fez",
-    "tive": "teve", "estive": "esteve", "pude": "pôde", "quis": "quis", "vi": "viu",
+    "sou": "é",
+    "estou": "está",
+    "tenho": "tem",
+    "vou": "vai",
+    "fui": "foi",
+    "moro": "mora",
+    "trabalho": "trabalha",
+    "gosto": "gosta",
+    "adoro": "adora",
+    "amo": "ama",
+    "prefiro": "prefere",
+    "vivo": "vive",
+    "estudo": "estuda",
+    "faço": "faz",
+    "quero": "quer",
+    "preciso": "precisa",
+    "acho": "acha",
+    "sei": "sabe",
+    "posso": "pode",
+    "estava": "estava",
+    "tinha": "tinha",
+    "morava": "morava",
+    "trabalhava": "trabalhava",
+    "comecei": "começou",
+    "fiz": "fez",
+    "tive": "teve",
+    "estive": "esteve",
+    "pude": "pôde",
+    "quis": "quis",
+    "vi": "viu",
 }
 
 
@@ -481,7 +596,9 @@ def _rewrite_first_person(sentence: str, speaker: str | None) -> str:
         if re.search(r"\b(?:I|me|mine)\b|\bI['’]", rest):
             return sentence
         return f"{speaker} {head}{rest}"
-    pt = re.match(r"^(?:[Ee]u\s+)?(?P<refl>[Mm]e\s+)?(?P<verb>[\wçãéáíóúêâô]+)(?P<rest>.*)$", sentence)
+    pt = re.match(
+        r"^(?:[Ee]u\s+)?(?P<refl>[Mm]e\s+)?(?P<verb>[\wçãéáíóúêâô]+)(?P<rest>.*)$", sentence
+    )
     if pt:
         verb = pt.group("verb").lower()
         if verb in _PT_VERBS:
@@ -490,7 +607,12 @@ def _rewrite_first_person(sentence: str, speaker: str | None) -> str:
             third = verb[:-2] + "ou"
         else:
             return sentence
-        rest = pt.group("rest")
+        # Coordinated first-person verbs follow along: "sou professora e adoro ler".
+        rest = re.sub(
+            r"\b(e|mas)\s+(\w+)\b",
+            lambda m: f"{m.group(1)} {_PT_VERBS.get(m.group(2).lower(), m.group(2))}",
+            pt.group("rest"),
+        )
         if re.search(r"\b(?:eu|meu|minha|meus|minhas|me|mim|comigo)\b", rest, re.IGNORECASE):
             return sentence
         refl = "se " if pt.group("refl") else ""
@@ -607,7 +729,11 @@ class RuleBasedExtractor:
             # Drop stopword tokens at the edges ("My", "The", trailing "I").
             while tokens and _strip_possessive(tokens[0].group(0)).lower() in _STOPWORDS:
                 tokens.pop(0)
-            while tokens and _strip_possessive(tokens[-1].group(0)).lower() in _STOPWORDS:
+            while (
+                len(tokens) > 1
+                and _strip_possessive(tokens[-1].group(0)).lower() in _STOPWORDS
+                and tokens[-2].group(0).lower() not in _CONNECTORS
+            ) or (len(tokens) == 1 and _strip_possessive(tokens[0].group(0)).lower() in _STOPWORDS):
                 tokens.pop()
             if not tokens:
                 continue
@@ -646,22 +772,54 @@ class RuleBasedExtractor:
             return "organization"
         return "person"
 
-    def _subject_before(self, sentence: str, pos: int, names: list[tuple[str, str, int]],
-                        first_person: bool) -> str | None:
+    def _subject_before(
+        self, sentence: str, pos: int, names: list[tuple[str, str, int]], first_person: bool
+    ) -> str | None:
         """Who a pattern matched at ``pos`` is about: the name right before it, or self."""
         prefix = sentence[:pos]
         for name, _, start in reversed(names):
-            if start < pos and re.fullmatch(rf"\s*(?:{_WORD}\s+){{0,2}}", prefix[start + len(name):]):
+            if start < pos and re.fullmatch(
+                rf"\s*(?:{_WORD}\s+){{0,2}}", prefix[start + len(name) :]
+            ):
                 return name
-        if re.search(r"\b(?:my|our|his|her|their|minha|meu|nossa|nosso|sua|seu)\s+\w+(?:\s+\w+)?\s*$",
-                     prefix, re.IGNORECASE):
+        if re.search(
+            r"\b(?:my|our|his|her|their|minha|meu|nossa|nosso|sua|seu)\s+\w+(?:\s+\w+)?\s*$",
+            prefix,
+            re.IGNORECASE,
+        ):
             return ""  # "my sister lives in ...": about someone unnamed
-        if re.search(r"(?:\bI\b|\bI['’]m\b|\bwe\b|\beu\b|\bnós\b)\s*(?:\w+\s+){0,2}$", prefix,
-                     re.IGNORECASE) or re.search(r"\bI\s*(?:\w+\s+){0,2}$", prefix):
+        if re.search(
+            r"(?:\bI\b|\bI['’]m\b|\bwe\b|\beu\b|\bnós\b)\s*(?:\w+\s+){0,2}$", prefix, re.IGNORECASE
+        ) or re.search(r"\bI\s*(?:\w+\s+){0,2}$", prefix):
             return None  # self
         if first_person:
             return None
         return ""  # unknown subject (he/she/they...): no attribute
+
+    def _attribute_match(
+        self,
+        sentence: str,
+        names: list[tuple[str, str, int]],
+        first_person: bool,
+        self_name: str,
+    ) -> tuple[_Pattern, str, str] | None:
+        """The earliest attribute statement in the sentence: (pattern, subject, value)."""
+        best: tuple[int, _Pattern, str, str] | None = None
+        for pattern in _ATTRIBUTE_PATTERNS:
+            for m in pattern.regex.finditer(sentence):
+                if best is not None and m.start() >= best[0]:
+                    break
+                value = m.group("obj").strip()
+                if pattern.attribute == "job_title":
+                    value = _job_title(value) or ""
+                    if not value:
+                        continue
+                who = self._subject_before(sentence, m.start(), names, first_person)
+                if who == "":
+                    continue
+                best = (m.start(), pattern, self_name if who is None else who, value)
+                break
+        return None if best is None else best[1:]
 
     def _sentence_fact(
         self,
@@ -671,8 +829,9 @@ class RuleBasedExtractor:
         forms: list[tuple[re.Pattern[str], KnownEntity]],
         out: _Collected,
     ) -> ExtractedFact | None:
-        if sentence.endswith("?") or len(_TOKEN.findall(sentence)) < 3 or _is_greeting(sentence):
+        if sentence.endswith("?") or _is_greeting(sentence):
             return None
+        short = len(_TOKEN.findall(sentence)) < 3
         first_person = bool(_FIRST_PERSON_I.search(sentence) or _FIRST_PERSON.search(sentence))
         names = self._names(sentence, self_name, forms)
         if not first_person and not names:
@@ -690,6 +849,8 @@ class RuleBasedExtractor:
 
         negated = next((attr for attr, rx in _NEGATIONS if rx.search(sentence)), None)
         if negated:
+            # A negation is a RETRACT only of a fact memory actually holds; otherwise it is
+            # kept as a plain fact *without* the attribute (it must not supersede anything).
             subj_name = self_name if first_person else (names[0][0] if names else None)
             known = self._known_attribute_fact(request, subj_name, negated) if subj_name else None
             if known is not None:
@@ -698,33 +859,22 @@ class RuleBasedExtractor:
                 confidence = ConfidenceLevel.explicit_statement
             category = "work" if negated == "workplace" else "personal"
         else:
-            for pattern in _ATTRIBUTE_PATTERNS:
-                m = pattern.regex.search(sentence)
-                if not m:
-                    continue
-                value = m.group("obj").strip()
-                if pattern.attribute == "job_title":
-                    value = _job_title(value) or ""
-                    if not value:
-                        continue
-                who = self._subject_before(sentence, m.start(), names, first_person)
-                if who == "":
-                    continue
-                subject = self_name if who is None else who
+            found = self._attribute_match(sentence, names, first_person, self_name)
+            if found is not None:
+                pattern, subject, value = found
                 attribute, category = pattern.attribute, pattern.category
                 confidence = ConfidenceLevel.explicit_statement
                 if pattern.obj_type:
                     obj_name = _leading_name(value)
-                    obj_type = pattern.obj_type
-                    relation = pattern.relation
-                known = self._known_attribute_fact(request, subject, attribute) if attribute else None
-                if known is not None and not (
-                    (obj_name and _fold(obj_name) in _fold(known.text))
-                    or (not obj_name and _fold(value) in _fold(known.text))
-                ):
+                    obj_type, relation = pattern.obj_type, pattern.relation
+                known = (
+                    self._known_attribute_fact(request, subject, attribute) if attribute else None
+                )
+                same_value = known is not None and _fold(obj_name or value) in _fold(known.text)
+                if known is not None and not same_value:
                     action, target = "UPDATE", known.fact_id
-                break
 
+        related = False
         for rx in _REL_PATTERNS:
             for m in rx.finditer(sentence):
                 other = _leading_name(m.group("name"))
@@ -733,18 +883,25 @@ class RuleBasedExtractor:
                 rel_type = _RELATIONS[m.group("rel").lower()]
                 other = out.entity(self._canonical(other, forms), "person")
                 out.relate(out.entity(self_name, "person"), other, rel_type)
-                category = category or "relationship"
-                confidence = ConfidenceLevel.explicit_statement
-                subject = subject or self_name
+                related = True
+        if related:
+            category = category or "relationship"
+            confidence = ConfidenceLevel.explicit_statement
+            subject = subject or self_name
 
+        if short and attribute is None and not related:
+            return None  # "Sou casado." is worth keeping; "I see." is not
         if subject is None:
             subject = names[0][0]
         subject = out.entity(self._canonical(subject, forms), self._type_of(subject, names))
         if obj_name:
-            obj_name = out.entity(self._canonical(obj_name, forms), self._known_type(obj_name, forms) or obj_type or "other")
+            obj_type = self._known_type(obj_name, forms) or obj_type or "other"
+            obj_name = out.entity(self._canonical(obj_name, forms), obj_type)
             if relation:
                 out.relate(subject, obj_name, relation)
         mentions: list[str] = []
+        if first_person and _fold(subject) != _fold(self_name):
+            mentions.append(out.entity(self_name, "person"))
         for name, entity_type, _ in names:
             canonical = out.entity(self._canonical(name, forms), entity_type)
             if _fold(canonical) != _fold(subject) and canonical not in mentions:

@@ -1,0 +1,148 @@
+"""The ``engramdb`` command line: demo, serve, publish, retrieve, rebuild, history, facts, bench.
+
+Every command opens the same ``Memory`` facade the Python API uses, on the embedded default
+unless ``ENGRAMDB_DATABASE_URL`` / ``ENGRAMDB_NATS_URL`` are set.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="engramdb — event-sourced long-term memory for LLM agents.",
+)
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (see bench/ and docs/benchmarks.md).")
+app.add_typer(bench_app, name="bench")
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise typer.BadParameter(
+            f"{value!r} is not an ISO-8601 time; try 2026-03-28 or 2026-03-28T14:00:00+00:00"
+        ) from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _open_memory(**kwargs: object):  # noqa: ANN202 - the facade type is imported lazily
+    from services.memory import Memory
+
+    return Memory.open(**kwargs)  # type: ignore[arg-type]
+
+
+@app.command()
+def demo() -> None:
+    """Record a small conversation, show events, read models, a rebuild, history and retrieval."""
+    from services.demo import run_demo
+
+    run_demo()
+
+
+@app.command()
+def serve(
+    role: Annotated[str, typer.Option(help="all | ingest | projector | retrieve")] = "all",
+) -> None:
+    """Run the services: NATS ingest, projectors, NATS request/reply retrieve and the HTTP API."""
+    from services.server import run_server
+
+    run_server(role=role)
+
+
+@app.command()
+def publish(
+    text: Annotated[str, typer.Argument(help="the message text")],
+    agent: Annotated[str, typer.Option("--agent", help="agent id")],
+    message_id: Annotated[str | None, typer.Option("--message-id")] = None,
+    speaker: Annotated[str | None, typer.Option("--speaker")] = None,
+    session: Annotated[str | None, typer.Option("--session")] = None,
+) -> None:
+    """Publish one conversation message onto NATS (JetStream); prints its message id."""
+    from infra.database import resolve_nats
+    from infra.settings import load_settings
+    from services.publisher import publish_cli
+
+    settings = load_settings()
+    nats_url = resolve_nats(settings)
+    typer.echo(publish_cli(nats_url, agent, text, message_id, speaker, session))
+
+
+@app.command()
+def retrieve(
+    query: Annotated[str, typer.Argument(help="what the agent wants to know")],
+    agent: Annotated[str, typer.Option("--agent", help="agent id")],
+    as_of: Annotated[str | None, typer.Option("--as-of", help="ISO time: memory as it was")] = None,
+    show_facts: Annotated[bool, typer.Option("--facts", help="print scored facts")] = False,
+    show_trace: Annotated[bool, typer.Option("--trace", help="print the stage trace")] = False,
+) -> None:
+    """Print the context string for a query (and, with flags, the scored facts and trace)."""
+    with _open_memory() as memory:
+        result = memory.retrieve(agent, query, as_of=_parse_time(as_of))
+    typer.echo(result.context or "(no relevant memory)")
+    if show_facts:
+        for fact in result.facts:
+            typer.echo(f"{fact.score:6.3f}  {fact.fact_id}  {fact.fact_text}")
+    if show_trace:
+        typer.echo(json.dumps(result.trace, indent=2, default=str))
+
+
+@app.command()
+def rebuild(
+    projection: Annotated[str | None, typer.Option(help="conversation | memory (default: all)")] = None,
+) -> None:
+    """Drop and rebuild read models from the event log."""
+    with _open_memory(start_projectors=False) as memory:
+        report = memory.rebuild(projection=projection, progress=True)
+    typer.echo(report.model_dump_json(indent=2) if hasattr(report, "model_dump_json") else str(report))
+
+
+@app.command()
+def history(
+    agent: Annotated[str, typer.Option("--agent")],
+    fact: Annotated[str | None, typer.Option("--fact", help="a fact id")] = None,
+) -> None:
+    """The timeline of a fact (or of every decision of an agent), read from the log."""
+    with _open_memory(start_projectors=False) as memory:
+        entries = memory.history(agent, fact)
+    for entry in entries:
+        typer.echo(entry.model_dump_json())
+
+
+@app.command()
+def facts(
+    agent: Annotated[str, typer.Option("--agent")],
+    as_of: Annotated[str | None, typer.Option("--as-of", help="ISO time (default: now)")] = None,
+) -> None:
+    """What memory held at a moment, replayed from the log."""
+    moment = _parse_time(as_of) or datetime.now(UTC)
+    with _open_memory(start_projectors=False) as memory:
+        rows = memory.facts_as_of(agent, moment)
+    for row in rows:
+        typer.echo(row.model_dump_json())
+
+
+@bench_app.command(
+    "locomo", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
+)
+def bench_locomo(ctx: typer.Context) -> None:
+    """LoCoMo evidence recall beside BM25, dense and hybrid baselines (args pass through)."""
+    from bench.locomo import main as locomo_main
+
+    raise typer.Exit(locomo_main(list(ctx.args)))
+
+
+def main() -> None:
+    app(prog_name="engramdb")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,221 @@
+"""The conversation message on the bus: its schema, its limits and the NATS subject scheme.
+
+Why the limits are what they are (ADR-0004):
+- ``text`` is at most ``MAX_TEXT_BYTES`` = 64 KiB of UTF-8. A conversation turn is a few
+  hundred bytes; 64 KiB is ~16k tokens, above what one extraction prompt should carry, and
+  it keeps a single JetStream message far below the server's 1 MiB default ``max_payload``.
+  Longer input is rejected with a reason instead of being silently truncated (a truncated
+  message stored "verbatim" would be a lie).
+- NUL characters are rejected everywhere (text, ids, metadata): PostgreSQL ``text`` and
+  ``jsonb`` cannot store U+0000, so such a message would be recorded in the event log and
+  then break every projector that copies it into a read model.
+- Lone UTF-16 surrogates are rejected: they cannot be encoded as UTF-8, so they could not
+  be stored at all.
+- ``occurred_at`` must be timezone-aware in storage; a naive value is taken as UTC (the
+  only reading that does not depend on the ingest host's local zone).
+
+Subjects: ``<prefix>.messages.<agent_token>``. ``agent_token`` is a hash of the agent id in
+lower-case base32 (no ``.``, ``*``, ``>`` or whitespace can appear), so JetStream keeps the
+order of one agent's messages on one subject and consumers can be partitioned by subject.
+The payload, not the subject, carries the real ``agent_id``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+DEFAULT_PREFIX = "engramdb"
+MAX_TEXT_BYTES = 64 * 1024
+MAX_METADATA_BYTES = 16 * 1024
+MAX_ID_CHARS = 200
+AGENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@+\-]{0,199}$"
+DUPLICATE_WINDOW_SEC = 120.0
+_AGENT_ID_RE = re.compile(AGENT_ID_PATTERN)
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class InvalidMessage(ValueError):
+    """A payload that can never become a stored message; ``reason`` says why (one line)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _check_storable(value: str, what: str) -> str:
+    if "\x00" in value:
+        raise ValueError(f"{what} contains a NUL character (U+0000), which PostgreSQL cannot store")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{what} contains an unpaired surrogate, which is not valid Unicode") from exc
+    return value
+
+
+def _check_json_value(value: Any, path: str, depth: int = 0) -> None:
+    if depth > 16:
+        raise ValueError(f"metadata nests deeper than 16 levels at {path}")
+    if isinstance(value, str):
+        _check_storable(value, f"metadata value {path}")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValueError(f"metadata key {key!r} at {path} is not a string")
+            _check_storable(key, f"metadata key at {path}")
+            _check_json_value(item, f"{path}.{key}", depth + 1)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_json_value(item, f"{path}[{index}]", depth + 1)
+    elif isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"metadata value {path} is not a finite number")
+    elif value is not None and not isinstance(value, (bool, int)):
+        raise ValueError(f"metadata value {path} is a {type(value).__name__}, not JSON")
+
+
+class ConversationMessage(BaseModel):
+    """One conversation turn as published on NATS and as accepted by ``WritePipeline``."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    agent_id: str = Field(
+        min_length=1,
+        max_length=MAX_ID_CHARS,
+        pattern=AGENT_ID_PATTERN,
+        description="tenant id: letters, digits and _ . : @ + - (starts with a letter/digit)",
+    )
+    message_id: str = Field(
+        default_factory=lambda: uuid.uuid4().hex,
+        min_length=1,
+        max_length=MAX_ID_CHARS,
+        description="idempotency key; a redelivered message id is a no-op (default: a uuid)",
+    )
+    session_id: str | None = Field(default=None, max_length=MAX_ID_CHARS)
+    speaker: str | None = Field(default=None, max_length=MAX_ID_CHARS)
+    text: str = Field(description=f"the turn, verbatim; 1 to {MAX_TEXT_BYTES} UTF-8 bytes")
+    occurred_at: datetime = Field(
+        default_factory=lambda: datetime.now(UTC),
+        description="when it was said; naive values are taken as UTC",
+    )
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("message_id", "session_id", "speaker")
+    @classmethod
+    def _no_control_chars(cls, value: str | None, info: Any) -> str | None:
+        if value is None:
+            return None
+        _check_storable(value, info.field_name)
+        if _CONTROL_RE.search(value):
+            raise ValueError(f"{info.field_name} contains a control character")
+        if not value.strip():
+            raise ValueError(f"{info.field_name} is blank")
+        return value
+
+    @field_validator("text")
+    @classmethod
+    def _text_storable(cls, value: str) -> str:
+        _check_storable(value, "text")
+        if not value.strip():
+            raise ValueError("text is empty or whitespace only")
+        size = len(value.encode("utf-8"))
+        if size > MAX_TEXT_BYTES:
+            raise ValueError(f"text is {size} bytes of UTF-8; the limit is {MAX_TEXT_BYTES}")
+        return value
+
+    @field_validator("occurred_at")
+    @classmethod
+    def _aware(cls, value: datetime) -> datetime:
+        if value.tzinfo is None or value.utcoffset() is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata_json(cls, value: dict[str, Any]) -> dict[str, Any]:
+        _check_json_value(value, "metadata")
+        size = len(json.dumps(value, ensure_ascii=False, default=str).encode("utf-8"))
+        if size > MAX_METADATA_BYTES:
+            raise ValueError(f"metadata is {size} bytes as JSON; the limit is {MAX_METADATA_BYTES}")
+        return value
+
+    def to_json_bytes(self) -> bytes:
+        return self.model_dump_json().encode("utf-8")
+
+
+def _reason(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        where = ".".join(str(p) for p in err["loc"]) or "message"
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        parts.append(f"{where}: {msg}")
+    more = exc.error_count() - len(parts)
+    return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
+
+
+def parse_message(payload: bytes | str | dict[str, Any]) -> ConversationMessage:
+    """Validate a payload from the bus; raise ``InvalidMessage`` with a one-line reason."""
+    if isinstance(payload, (bytes, bytearray, memoryview)):
+        raw = bytes(payload)
+        if len(raw) > MAX_TEXT_BYTES + MAX_METADATA_BYTES + 4096:
+            raise InvalidMessage(f"payload is {len(raw)} bytes; far above the message limits")
+        try:
+            payload = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidMessage(f"payload is not UTF-8: {exc.reason} at byte {exc.start}") from exc
+    if isinstance(payload, str):
+        if not payload.strip():
+            raise InvalidMessage("payload is empty")
+        try:
+            data = json.loads(payload)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise InvalidMessage(f"payload is not JSON: {exc}") from exc
+    else:
+        data = payload
+    if not isinstance(data, dict):
+        raise InvalidMessage(f"payload is a JSON {type(data).__name__}, expected an object")
+    try:
+        return ConversationMessage.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidMessage(_reason(exc)) from exc
+
+
+# ----- subjects and streams ------------------------------------------------------------------
+
+
+def agent_token(agent_id: str) -> str:
+    """Subject-safe, fixed-length token for an agent id (16 chars of base32 = 80 bits)."""
+    digest = hashlib.sha256(agent_id.encode("utf-8")).digest()
+    return base64.b32encode(digest).decode("ascii")[:16].lower()
+
+
+def message_subject(agent_id: str, prefix: str = DEFAULT_PREFIX) -> str:
+    return f"{prefix}.messages.{agent_token(agent_id)}"
+
+
+def messages_wildcard(prefix: str = DEFAULT_PREFIX) -> str:
+    return f"{prefix}.messages.>"
+
+
+def deadletter_subject(prefix: str = DEFAULT_PREFIX) -> str:
+    return f"{prefix}.deadletter.messages"
+
+
+def messages_stream_name(prefix: str = DEFAULT_PREFIX) -> str:
+    return re.sub(r"[^A-Z0-9_]", "_", prefix.upper()) + "_MESSAGES"
+
+
+def deadletter_stream_name(prefix: str = DEFAULT_PREFIX) -> str:
+    return re.sub(r"[^A-Z0-9_]", "_", prefix.upper()) + "_DEADLETTER"
+
+
+def dedup_id(agent_id: str, message_id: str) -> str:
+    """``Nats-Msg-Id`` for server-side de-duplication (ids may hold any printable text)."""
+    return hashlib.sha256(f"{agent_id}\x00{message_id}".encode()).hexdigest()[:40]

@@ -1,0 +1,152 @@
+"""Every knob of the read pipeline (SPEC §3), with the spec's defaults, overridable per call.
+
+Why a frozen pydantic model with ``extra="forbid"``: a misspelt override
+(``{"topk_fact": 5}``) must fail loudly, naming the key, instead of being silently ignored
+and leaving the caller wondering why nothing changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+DEFAULT_SCORE_WEIGHTS: dict[str, float] = {"semantic": 0.70, "recency": 0.20, "importance": 0.10}
+# How much each non-semantic signal can raise the relevance term (noisy-OR, ADR 0006).
+DEFAULT_SIGNAL_WEIGHTS: dict[str, float] = {
+    "keyword": 0.50,
+    "graph": 0.50,
+    "spreading": 1.00,
+    "aggregation": 0.40,
+}
+
+
+class UnknownConfigKey(ValueError):
+    """A ``config_overrides`` key that ``RetrieveConfig`` does not have."""
+
+    def __init__(self, keys: list[str]) -> None:
+        self.keys = keys
+        super().__init__(
+            "unknown retrieve config key(s): "
+            + ", ".join(repr(k) for k in keys)
+            + f" (known: {', '.join(sorted(RetrieveConfig.model_fields))})"
+        )
+
+
+class RetrieveConfig(BaseModel):
+    """Read-pipeline configuration. Defaults are SPEC §3's unless marked *(engramdb)*."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # result sizes
+    topk_facts: int = Field(20, ge=0, le=500)
+    topk_events: int = Field(8, ge=0, le=200)
+    topk_patterns: int = Field(5, ge=0, le=100, description="(engramdb)")
+    # filters
+    min_confidence: float = Field(0.55, ge=0.0, le=1.0)
+    min_similarity: float = Field(
+        0.20,
+        ge=0.0,
+        le=1.0,
+        description="on the calibrated scale: cosine rescaled so the model's noise floor is 0",
+    )
+    similarity_floor: float | None = Field(
+        None,
+        ge=-1.0,
+        lt=1.0,
+        description="(engramdb) per-model noise floor; None = the embedder's own "
+        "(`similarity_floor` attribute / infra SIMILARITY_FLOOR)",
+    )
+    min_score: float = Field(0.15, ge=0.0, le=1.0)
+    # ranking
+    score_weights: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_SCORE_WEIGHTS))
+    signal_weights: dict[str, float] = Field(
+        default_factory=lambda: dict(DEFAULT_SIGNAL_WEIGHTS), description="(engramdb)"
+    )
+    recency_half_life_days: float = Field(14.0, gt=0.0)
+    confidence_half_life_days: float = Field(180.0, gt=0.0, description="(engramdb)")
+    confidence_decay_floor: float = Field(
+        0.80, ge=0.0, le=1.0, description="(engramdb) confidence never decays below this share"
+    )
+    pattern_boost_max: float = Field(0.10, ge=0.0, le=1.0)
+    # candidate generation (engramdb)
+    candidate_pool: int = Field(60, ge=1, le=2000, description="(engramdb) per-signal limit")
+    hnsw_ef_search: int = Field(100, ge=1, le=1000, description="(engramdb)")
+    max_query_chars: int = Field(2000, ge=16, le=100_000, description="(engramdb)")
+    keyword_max_words: int = Field(5, ge=0, le=20)
+    keyword_min_word_len: int = Field(3, ge=1, le=20, description="words longer than 2 chars")
+    # graph signal
+    graph_hops: int = Field(2, ge=0, le=4)
+    graph_hop_decay: list[float] = Field(default_factory=lambda: [1.0, 1.0, 0.5, 0.25, 0.125])
+    graph_query_bonus: float = Field(1.5, ge=1.0, le=5.0)
+    graph_facts_per_entity: int = Field(20, ge=1, le=500, description="(engramdb)")
+    graph_neighbours_per_entity: int = Field(10, ge=1, le=500, description="(engramdb)")
+    broad_query_multiplier: int = Field(3, ge=1, le=20, description="(engramdb)")
+    planner_expansion_limit: int = Field(5, ge=0, le=100, description="(engramdb)")
+    # enhance
+    spreading_activation_hops: int = Field(2, ge=0, le=4)
+    spreading_decay_factor: float = Field(0.50, ge=0.0, le=1.0)
+    spreading_facts_per_entity: int = Field(3, ge=0, le=100)
+    spreading_max_related_entities: int = Field(5, ge=0, le=100)
+    spreading_seed_facts: int = Field(5, ge=0, le=100, description="(engramdb)")
+    # rerank
+    enable_reranker: bool = True
+    reranker_weight: float = Field(0.70, ge=0.0, le=1.0)
+    min_reranker_score: float = Field(0.10, ge=0.0, le=1.0)
+    reranker_timeout_sec: float = Field(5.0, gt=0.0, le=600.0)
+    rerank_events: bool = Field(True, description="(engramdb) judge conversations too")
+    # format
+    context_max_tokens: int = Field(2000, ge=0, le=200_000)
+    hot_tier_ratio: float = Field(0.50, ge=0.0, le=1.0)
+    warm_tier_ratio: float = Field(0.30, ge=0.0, le=1.0)
+    event_max_chars: int = Field(300, ge=10, le=10_000)
+    event_show_speaker: bool = Field(False, description="(engramdb) '(date) Speaker: text'")
+
+    @model_validator(mode="after")
+    def _check(self) -> RetrieveConfig:
+        if self.hot_tier_ratio + self.warm_tier_ratio > 1.0 + 1e-9:
+            raise ValueError("hot_tier_ratio + warm_tier_ratio must be <= 1")
+        unknown = set(self.score_weights) - set(DEFAULT_SCORE_WEIGHTS)
+        if unknown:
+            raise ValueError(f"score_weights: unknown signal(s) {sorted(unknown)}")
+        unknown = set(self.signal_weights) - set(DEFAULT_SIGNAL_WEIGHTS)
+        if unknown:
+            raise ValueError(f"signal_weights: unknown signal(s) {sorted(unknown)}")
+        for name, weights in (("score_weights", self.score_weights), ("signal_weights", self.signal_weights)):
+            for key, value in weights.items():
+                if not 0.0 <= value <= 1.0:
+                    raise ValueError(f"{name}[{key!r}] must be within [0, 1], got {value}")
+        if not self.graph_hop_decay:
+            raise ValueError("graph_hop_decay must not be empty")
+        return self
+
+    def weight(self, key: str) -> float:
+        return self.score_weights.get(key, DEFAULT_SCORE_WEIGHTS.get(key, 0.0))
+
+    def signal_weight(self, key: str) -> float:
+        return self.signal_weights.get(key, DEFAULT_SIGNAL_WEIGHTS.get(key, 0.0))
+
+    def hop_decay(self, hop: int) -> float:
+        decays = self.graph_hop_decay
+        return decays[min(hop, len(decays) - 1)]
+
+    def with_overrides(self, overrides: Mapping[str, Any] | None) -> RetrieveConfig:
+        """A copy with ``overrides`` applied. Unknown keys raise ``UnknownConfigKey``; bad
+        values raise pydantic's ``ValidationError`` (a ``ValueError``) naming the field.
+        Dict-valued fields merge (``{"score_weights": {"recency": 0}}`` keeps the others)."""
+        if not overrides:
+            return self
+        unknown = sorted(k for k in overrides if k not in type(self).model_fields)
+        if unknown:
+            raise UnknownConfigKey(unknown)
+        data = self.model_dump()
+        for key, value in overrides.items():
+            if isinstance(data.get(key), dict) and isinstance(value, Mapping):
+                data[key] = {**data[key], **value}
+            else:
+                data[key] = value
+        return type(self).model_validate(data)
+
+
+__all__ = ["RetrieveConfig", "UnknownConfigKey", "ValidationError"]

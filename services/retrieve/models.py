@@ -1,0 +1,98 @@
+"""Public shapes of the read pipeline: the plan, scored items and the result (SPEC §3.1, §3.7).
+
+Pydantic so that the HTTP and NATS surfaces can serialise them as they are.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from services.retrieve.config import RetrieveConfig, UnknownConfigKey
+
+Strategy = Literal["multi_signal", "skip"]
+PlanReason = Literal["deterministic", "aggregation", "broad", "greeting", "empty"]
+EntitySource = Literal["deterministic", "expansion"]
+
+
+class PlannedEntity(BaseModel):
+    """An entity the planner found for the query, and how it was found."""
+
+    entity_key: str
+    display_name: str
+    source: EntitySource
+    matched: str = Field("", description="the query n-gram (deterministic) or the neighbour's seed")
+    in_query: bool = Field(False, description="its name/alias occurs in the query (graph query_bonus)")
+
+
+class RetrievalPlan(BaseModel):
+    strategy: Strategy = "multi_signal"
+    similarity_query: str = ""
+    pattern_queries: list[str] = Field(default_factory=list)
+    broad_query: bool = False
+    reason: PlanReason = "deterministic"
+    entities: list[PlannedEntity] = Field(default_factory=list)
+
+    def entity_keys(self, source: EntitySource | None = None) -> list[str]:
+        return [e.entity_key for e in self.entities if source is None or e.source == source]
+
+
+class ScoredFact(BaseModel):
+    fact_id: str
+    fact_text: str
+    entity_key: str
+    entity_name: str
+    score: float
+    scores: dict[str, float] = Field(default_factory=dict)
+    source_message_ids: list[str] = Field(default_factory=list)
+    valid_from: datetime | None = None
+
+
+class ScoredPattern(BaseModel):
+    pattern_id: str
+    text: str
+    score: float
+    supporting_fact_ids: list[str] = Field(default_factory=list)
+
+
+class ScoredEvent(BaseModel):
+    """A raw conversation turn, ranked alongside facts ("Relevant conversations")."""
+
+    message_id: str
+    text: str
+    occurred_at: datetime
+    speaker: str | None = None
+    session_id: str | None = None
+    score: float
+    scores: dict[str, float] = Field(default_factory=dict)
+
+
+class RetrieveResult(BaseModel):
+    agent_id: str
+    query: str
+    context: str = ""
+    facts: list[ScoredFact] = Field(default_factory=list)
+    patterns: list[ScoredPattern] = Field(default_factory=list)
+    events: list[ScoredEvent] = Field(default_factory=list)
+    plan: RetrievalPlan = Field(default_factory=RetrievalPlan)
+    total_candidates: int = 0
+    duration_ms: float = 0.0
+    as_of: datetime | None = None
+    trace: dict[str, Any] = Field(default_factory=dict)
+
+
+__all__ = [
+    "EntitySource",
+    "PlanReason",
+    "PlannedEntity",
+    "RetrievalPlan",
+    "RetrieveConfig",
+    "RetrieveResult",
+    "ScoredEvent",
+    "ScoredFact",
+    "ScoredPattern",
+    "Strategy",
+    "UnknownConfigKey",
+]
