@@ -5,7 +5,9 @@ evidence better than indexing the raw conversation would. The baselines index ea
 as ``[session date] speaker: text`` (one unit = one turn) of *one* conversation, exactly
 what engramdb sees for that agent, and rank all of them for every question.
 
-* BM25 — ``bm25s`` (Lucene variant, k1 1.5, b 0.75), English stop words, no stemmer.
+* BM25 — ``bm25s`` (Lucene variant, k1 1.5, b 0.75), English stop words, Snowball
+  English stemming (``PyStemmer``; without it BM25 loses ~3.5 points of Recall@10 on the
+  dev set, so the stemmer in use is reported with the results).
 * Dense — the embedder engramdb itself uses (``embed`` for turns, ``embed_query`` for the
   question), cosine similarity. Each turn is embedded once per run.
 * Hybrid — reciprocal-rank fusion of the two full rankings, ``Σ 1 / (k + rank)``, k = 60.
@@ -13,7 +15,8 @@ what engramdb sees for that agent, and rank all of them for every question.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import lru_cache
 
 import bm25s
 import numpy as np
@@ -24,8 +27,25 @@ RRF_K = 60
 Ranking = list[str]  # dia_ids, best first
 
 
+@lru_cache(maxsize=1)
+def stemmer() -> Callable[[list[str]], list[str]] | None:
+    """Snowball English stemmer when ``PyStemmer`` is installed, else ``None``."""
+    try:
+        import Stemmer
+    except ImportError:
+        return None
+    stem: Callable[[list[str]], list[str]] = Stemmer.Stemmer("english").stemWords
+    return stem
+
+
+def stemmer_name() -> str:
+    return "snowball-english" if stemmer() else "none"
+
+
 def _tokenize(texts: list[str]) -> list[list[str]]:
-    return bm25s.tokenize(texts, stopwords="en", return_ids=False, show_progress=False)  # type: ignore[return-value]
+    return bm25s.tokenize(  # type: ignore[return-value]
+        texts, stopwords="en", stemmer=stemmer(), return_ids=False, show_progress=False
+    )
 
 
 class BM25Index:
@@ -35,7 +55,8 @@ class BM25Index:
         self.ids = list(ids)
         self._retriever = bm25s.BM25(k1=1.5, b=0.75)
         self._retriever.index(
-            bm25s.tokenize(list(texts), stopwords="en", show_progress=False), show_progress=False
+            bm25s.tokenize(list(texts), stopwords="en", stemmer=stemmer(), show_progress=False),
+            show_progress=False,
         )
 
     def scores(self, query: str) -> np.ndarray:
@@ -60,7 +81,9 @@ class DenseIndex:
         self.matrix = matrix / norms
 
     @classmethod
-    def build(cls, ids: Sequence[str], texts: Sequence[str], embedder: EmbeddingProvider) -> DenseIndex:
+    def build(
+        cls, ids: Sequence[str], texts: Sequence[str], embedder: EmbeddingProvider
+    ) -> DenseIndex:
         return cls(ids, embedder.embed(list(texts)))
 
     def scores(self, query_vector: Sequence[float]) -> np.ndarray:

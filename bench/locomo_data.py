@@ -219,7 +219,9 @@ def _observations(raw: dict[str, Any], valid_ids: frozenset[str]) -> list[Observ
     return out
 
 
-def _questions(sample_id: str, qa: Sequence[dict[str, Any]], valid_ids: frozenset[str]) -> list[Question]:
+def _questions(
+    sample_id: str, qa: Sequence[dict[str, Any]], valid_ids: frozenset[str]
+) -> list[Question]:
     out: list[Question] = []
     for i, item in enumerate(qa):
         raw = [str(e) for e in item.get("evidence") or []]
@@ -247,7 +249,9 @@ def parse_conversation(sample: dict[str, Any]) -> Conversation:
         speakers=speakers,
         sessions=tuple(sessions),
         observations=tuple(_observations(sample.get("observation") or {}, valid)),
-        questions=tuple(_questions(str(sample.get("sample_id", "conv")), sample.get("qa") or [], valid)),
+        questions=tuple(
+            _questions(str(sample.get("sample_id", "conv")), sample.get("qa") or [], valid)
+        ),
     )
 
 
@@ -279,7 +283,11 @@ def subset(
         observations = [o for o in conv.observations if o.session_id in kept_sessions]
         out.append(
             Conversation(
-                conv.sample_id, conv.speakers, tuple(sessions), tuple(observations), tuple(questions)
+                conv.sample_id,
+                conv.speakers,
+                tuple(sessions),
+                tuple(observations),
+                tuple(questions),
             )
         )
     return out

@@ -85,7 +85,9 @@ class ObservationExtractor:
             facts=facts,
             entities=[
                 ExtractedEntity(name=name, entity_type="person")
-                for name in sorted({f.entity for f in facts} | {m for f in facts for m in f.mentions})
+                for name in sorted(
+                    {f.entity for f in facts} | {m for f in facts for m in f.mentions}
+                )
             ],
         )
         return ExtractionOutcome(

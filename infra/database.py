@@ -80,7 +80,9 @@ def ensure_extensions(url: str, schema: str = "public") -> dict[str, str]:
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_EXTENSION_LOCK_KEY,))
             if schema != "public":
-                conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+                conn.execute(
+                    sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema))
+                )
             available = {
                 row[0]
                 for row in conn.execute(
@@ -90,7 +92,9 @@ def ensure_extensions(url: str, schema: str = "public") -> dict[str, str]:
             }
             missing = [ext for ext in REQUIRED_EXTENSIONS if ext not in available]
             if missing:
-                raise RuntimeError(f"PostgreSQL at {conninfo_to_dict(url).get('host')} lacks {missing}")
+                raise RuntimeError(
+                    f"PostgreSQL at {conninfo_to_dict(url).get('host')} lacks {missing}"
+                )
             for ext in REQUIRED_EXTENSIONS + OPTIONAL_EXTENSIONS:
                 if ext in available:
                     conn.execute(

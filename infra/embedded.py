@@ -105,6 +105,8 @@ def process_alive(pid: int, create_time: float | None = None) -> bool:
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # like the servers themselves: TIME_WAIT leftovers of the last run must not count
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:

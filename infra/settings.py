@@ -7,6 +7,7 @@ the docker-compose deployment, so a test checks that the two agree.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pydantic import Field
@@ -14,6 +15,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 def _default_data_dir() -> Path:
+    """Root's home is 0700, which the unprivileged PostgreSQL user cannot enter (ADR-0002)."""
+    if os.name == "posix" and os.geteuid() == 0:
+        return Path("/var/lib/engramdb")
     return Path.home() / ".local" / "share" / "engramdb"
 
 

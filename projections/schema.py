@@ -14,6 +14,8 @@ Temporal columns on facts (bi-temporal, ADR-0005):
 
 from __future__ import annotations
 
+import re
+
 FACT_STATUSES = ("active", "superseded", "retracted")
 
 
@@ -22,7 +24,6 @@ def read_model_ddl(dimensions: int) -> list[str]:
     d = int(dimensions)
     return [
         "CREATE EXTENSION IF NOT EXISTS vector",
-        "CREATE EXTENSION IF NOT EXISTS pg_trgm",
         # raw conversation log
         f"""CREATE TABLE IF NOT EXISTS mem_messages (
             agent_id text NOT NULL,
@@ -38,9 +39,18 @@ def read_model_ddl(dimensions: int) -> list[str]:
             llm_calls integer NOT NULL DEFAULT 0,
             extraction_error text,
             embedding vector({d}),
+            record_id uuid NOT NULL,
             PRIMARY KEY (agent_id, message_id)
         )""",
         "CREATE INDEX IF NOT EXISTS mem_messages_time ON mem_messages (agent_id, occurred_at)",
+        # Processed events carry only the MessageRecord's originator id
+        "CREATE UNIQUE INDEX IF NOT EXISTS mem_messages_record ON mem_messages (record_id)",
+        # agent aggregate id -> agent_id: agent events carry only their originator id
+        """CREATE TABLE IF NOT EXISTS mem_agents (
+            aggregate_id uuid PRIMARY KEY,
+            agent_id text NOT NULL,
+            opened_at timestamptz NOT NULL
+        )""",
         # facts
         f"""CREATE TABLE IF NOT EXISTS mem_facts (
             agent_id text NOT NULL,
@@ -71,9 +81,12 @@ def read_model_ddl(dimensions: int) -> list[str]:
         )""",
         "CREATE INDEX IF NOT EXISTS mem_facts_active ON mem_facts (agent_id, entity_key) WHERE valid_to IS NULL",
         "CREATE INDEX IF NOT EXISTS mem_facts_time ON mem_facts (agent_id, valid_from)",
-        # keyword search: trigram GIN makes ILIKE '%word%' an index scan at any table size
-        "CREATE INDEX IF NOT EXISTS mem_facts_text_trgm ON mem_facts USING gin (fact_text gin_trgm_ops)",
-        "CREATE INDEX IF NOT EXISTS mem_messages_text_trgm ON mem_messages USING gin (text gin_trgm_ops)",
+        # keyword search: the embedded PostgreSQL has no contrib (no pg_trgm), so a language-
+        # neutral ('simple') tsvector GIN index finds candidate rows by word; see ADR-0006
+        "CREATE INDEX IF NOT EXISTS mem_facts_text_tsv ON mem_facts "
+        "USING gin (to_tsvector('simple', fact_text))",
+        "CREATE INDEX IF NOT EXISTS mem_messages_text_tsv ON mem_messages "
+        "USING gin (to_tsvector('simple', text))",
         # entity graph
         """CREATE TABLE IF NOT EXISTS mem_entities (
             agent_id text NOT NULL,
@@ -158,6 +171,7 @@ EMBEDDING_CACHE_DDL = [
 
 READ_MODEL_TABLES = (
     "mem_messages",
+    "mem_agents",
     "mem_facts",
     "mem_entities",
     "mem_aliases",
@@ -166,3 +180,54 @@ READ_MODEL_TABLES = (
     "mem_rejections",
     "mem_patterns",
 )
+
+# ----- additive (projections helper): which projection owns which table ------------------
+
+CONVERSATION_TABLES = ("mem_messages",)
+MEMORY_TABLES = (
+    "mem_agents",
+    "mem_facts",
+    "mem_entities",
+    "mem_aliases",
+    "mem_relationships",
+    "mem_fact_entities",
+    "mem_rejections",
+)
+# projection name -> embedding model its vector columns were built with (rebuild resets it)
+READ_MODEL_META_DDL = [
+    """CREATE TABLE IF NOT EXISTS mem_read_model_meta (
+        projection text PRIMARY KEY,
+        embedding_model text NOT NULL,
+        dimensions integer NOT NULL,
+        built_at timestamptz NOT NULL DEFAULT now()
+    )""",
+]
+_TABLE_OF = re.compile(r"(?:CREATE TABLE IF NOT EXISTS|\bON)\s+(\w+)")
+
+
+def statement_table(statement: str) -> str | None:
+    """The table a CREATE TABLE / CREATE INDEX statement is about (None for extensions)."""
+    match = _TABLE_OF.search(statement)
+    return match.group(1) if match else None
+
+
+def ddl_for_tables(
+    dimensions: int, tables: tuple[str, ...], *, trigram: bool = True, vector_indexes: bool = True
+) -> list[str]:
+    """``read_model_ddl`` restricted to ``tables`` (one projection's own tables).
+
+    ``trigram=False`` drops pg_trgm and its GIN indexes (the embedded PostgreSQL 18 build does
+    not ship pg_trgm); ``vector_indexes=False`` leaves HNSW out, for bulk loads.
+    """
+    out: list[str] = []
+    for statement in read_model_ddl(dimensions):
+        table = statement_table(statement)
+        if table is None:
+            if "pg_trgm" in statement and not trigram:
+                continue
+            out.append(statement)
+        elif table in tables and (trigram or "gin_trgm_ops" not in statement):
+            out.append(statement)
+    if vector_indexes:
+        out.extend(s for s in vector_index_ddl() if statement_table(s) in tables)
+    return out

@@ -150,6 +150,21 @@ class ConversationMessage(BaseModel):
         return self.model_dump_json().encode("utf-8")
 
 
+class DeadLetter(BaseModel):
+    """Body of a dead-letter message (headers repeat ``reason``/``stage``/subject)."""
+
+    reason: str
+    stage: str = Field(description="validation | processing")
+    agent_id: str | None = None
+    subject: str
+    stream: str | None = None
+    stream_seq: int | None = None
+    deliveries: int | None = None
+    payload: str | None = Field(default=None, description="original payload if it is UTF-8")
+    payload_b64: str = Field(description="original payload bytes, base64")
+    headers: dict[str, str] = Field(default_factory=dict)
+
+
 def _reason(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors()[:5]:

@@ -94,4 +94,6 @@ def fresh_schema(pg_url: str) -> Iterator[Callable[..., FreshSchema]]:
     if created:
         with psycopg.connect(pg_url, autocommit=True) as conn:
             for name in created:
-                conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+                conn.execute(
+                    sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name))
+                )

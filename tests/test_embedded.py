@@ -10,6 +10,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import nats
 import psycopg
@@ -29,6 +30,7 @@ def data_dir() -> Iterator[Path]:
     """A private data dir under /tmp (world-traversable parents, short socket path)."""
     path = Path(tempfile.mkdtemp(prefix="engramdb-emb-", dir="/tmp"))
     yield path
+    # fast_unsafe below = fsync off: a kill -9 loses nothing (the OS still has the pages)
     for pid in (postgres_running(path), nats_running(path)):  # never leak a server
         if pid:
             os.kill(pid, signal.SIGKILL)
@@ -42,14 +44,14 @@ def _query(url: str, q: str) -> list[tuple[object, ...]]:
 
 
 def test_postgres_start_stop_restart_keeps_data(data_dir: Path) -> None:
-    h = ensure_postgres(data_dir)
+    h = ensure_postgres(data_dir, fast_unsafe=True)
     assert h.started and postgres_running(data_dir) == h.pid
     _query(h.url, "CREATE TABLE kept (v text); INSERT INTO kept VALUES ('hello')")
     h.stop()
     assert postgres_running(data_dir) is None
     h.stop()  # idempotent
 
-    h2 = ensure_postgres(data_dir)
+    h2 = ensure_postgres(data_dir, fast_unsafe=True)
     assert h2.started and h2.pid != h.pid
     assert (h2.port, h2.password) == (h.port, h.password)  # stable URL across runs
     assert _query(h2.url, "SELECT v FROM kept") == [("hello",)]
@@ -60,13 +62,13 @@ def test_postgres_start_stop_restart_keeps_data(data_dir: Path) -> None:
 
 
 def test_postgres_recovers_from_kill_9(data_dir: Path) -> None:
-    h = ensure_postgres(data_dir)
+    h = ensure_postgres(data_dir, fast_unsafe=True)
     _query(h.url, "CREATE TABLE survived (v int); INSERT INTO survived VALUES (42)")
     os.kill(h.pid, signal.SIGKILL)
     assert wait_until(lambda: postgres_running(data_dir) is None, 10)
     assert (data_dir / "pg" / "postmaster.pid").exists()  # stale lock left behind
 
-    h2 = ensure_postgres(data_dir)
+    h2 = ensure_postgres(data_dir, fast_unsafe=True)
     assert h2.started and h2.pid != h.pid
     assert _query(h2.url, "SELECT v FROM survived") == [(42,)]
     h.stop()  # the dead server's handle must not stop the new server
@@ -76,7 +78,7 @@ def test_postgres_recovers_from_kill_9(data_dir: Path) -> None:
 
 
 def test_second_process_reuses_running_servers(data_dir: Path) -> None:
-    pg = ensure_postgres(data_dir)
+    pg = ensure_postgres(data_dir, fast_unsafe=True)
     nc = ensure_nats(data_dir)
     child = (
         "import sys; from infra.embedded_postgres import ensure_postgres;"
@@ -85,7 +87,11 @@ def test_second_process_reuses_running_servers(data_dir: Path) -> None:
         "print(p.pid, p.started, n.pid, n.started)"
     )
     out = subprocess.run(
-        [sys.executable, "-c", child], cwd=REPO, capture_output=True, text=True, check=True,
+        [sys.executable, "-c", child],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
         timeout=60,
     ).stdout.split()
     assert out == [str(pg.pid), "False", str(nc.pid), "False"]
@@ -93,7 +99,7 @@ def test_second_process_reuses_running_servers(data_dir: Path) -> None:
     assert postgres_running(data_dir) == pg.pid and nats_running(data_dir) == nc.pid
     assert _query(pg.url, "SELECT 1") == [(1,)]
 
-    same = ensure_postgres(data_dir)  # in-process reuse is reference counted too
+    same = ensure_postgres(data_dir, fast_unsafe=True)  # in-process reuse is reference counted too
     assert not same.started and same.url == pg.url
     pg.stop()
     assert postgres_running(data_dir) == same.pid
@@ -156,8 +162,10 @@ def test_es_env_drives_eventsourcing(fresh_schema: object, agent_id: str) -> Non
             self.text = text
 
     schema, env = fresh_schema()  # type: ignore[operator]
-    assert env["POSTGRES_SCHEMA"] == schema and env["PERSISTENCE_MODULE"] == "eventsourcing.postgres"
-    app = Application(env=env)
+    assert (
+        env["POSTGRES_SCHEMA"] == schema and env["PERSISTENCE_MODULE"] == "eventsourcing.postgres"
+    )
+    app: Application[Any] = Application(env=env)
     note = Note(agent_id)
     app.save(note)
     assert app.repository.get(note.id).text == agent_id
@@ -170,9 +178,13 @@ def test_resolve_database_prefers_external_url() -> None:
     )
     assert cfg.handle is None
     assert cfg.env == {
-        "PERSISTENCE_MODULE": "eventsourcing.postgres", "POSTGRES_DBNAME": "mem",
-        "POSTGRES_HOST": "db.example", "POSTGRES_PORT": "6543", "POSTGRES_USER": "u",
-        "POSTGRES_PASSWORD": "p@ss", "POSTGRES_SCHEMA": "cell1",
+        "PERSISTENCE_MODULE": "eventsourcing.postgres",
+        "POSTGRES_DBNAME": "mem",
+        "POSTGRES_HOST": "db.example",
+        "POSTGRES_PORT": "6543",
+        "POSTGRES_USER": "u",
+        "POSTGRES_PASSWORD": "p@ss",
+        "POSTGRES_SCHEMA": "cell1",
     }
     assert "POSTGRES_SCHEMA" not in es_env_from_url(cfg.url)
 
@@ -180,7 +192,9 @@ def test_resolve_database_prefers_external_url() -> None:
 def test_embedded_servers_context_manager(data_dir: Path) -> None:
     with EmbeddedServers(Settings(data_dir=data_dir)) as servers:
         assert servers.database.handle is not None
-        assert _query(servers.database.url, "SELECT extname FROM pg_extension WHERE extname='vector'")
+        assert _query(
+            servers.database.url, "SELECT extname FROM pg_extension WHERE extname='vector'"
+        )
         assert servers.nats_url.startswith("nats://127.0.0.1:")
     assert postgres_running(data_dir) is None and nats_running(data_dir) is None
 
@@ -190,7 +204,8 @@ def test_root_refuses_untraversable_parent_without_chmod() -> None:
     private = Path(tempfile.mkdtemp(prefix="engramdb-private-", dir="/tmp"))  # mode 0700
     try:
         with pytest.raises(EmbeddedServerError, match="will not chmod"):
-            ensure_postgres(private / "data")
+            ensure_postgres(private / "deep" / "data")
         assert private.stat().st_mode & 0o777 == 0o700  # a user's home stays closed
+        assert not (private / "deep").exists()  # checked before creating anything
     finally:
         subprocess.run(["rm", "-rf", str(private)], check=False)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from services.retrieve.config import RetrieveConfig, UnknownConfigKey
 
@@ -69,6 +69,18 @@ class ScoredEvent(BaseModel):
     scores: dict[str, float] = Field(default_factory=dict)
 
 
+class RetrieveRequest(BaseModel):
+    """One retrieve call as the HTTP and NATS surfaces accept it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent_id: str = Field(min_length=1, max_length=200, pattern=r"^[^\x00]+$", description="the tenant")
+    query: str = Field(max_length=200_000, description="the question; truncated to max_query_chars")
+    as_of: datetime | None = Field(None, description="bi-temporal: what memory knew and held true at this time")
+    wait_for: int | None = Field(None, ge=0, description="log position to wait for (read-your-writes)")
+    config_overrides: dict[str, Any] | None = Field(None, description="RetrieveConfig fields for this call")
+
+
 class RetrieveResult(BaseModel):
     agent_id: str
     query: str
@@ -89,6 +101,7 @@ __all__ = [
     "PlannedEntity",
     "RetrievalPlan",
     "RetrieveConfig",
+    "RetrieveRequest",
     "RetrieveResult",
     "ScoredEvent",
     "ScoredFact",

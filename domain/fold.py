@@ -1,0 +1,206 @@
+"""The reference model of facts: a pure, in-memory fold of the agent's events to fact rows.
+
+Why it exists: the fact table is derived three ways — incrementally by the projector (SQL per
+event), in bulk by rebuild, and on demand by the audit's ``facts_as_of`` (replaying the log up
+to a time). This fold is the executable definition all three must agree with; the property
+test compares the projector's ``mem_facts`` with it row for row.
+
+Semantics (one row per fact, ADR-0005):
+- ``FactAdded``/``FactUpdated`` create the row: ``valid_from`` from the event (the message's
+  ``occurred_at``), ``recorded_at`` = event timestamp (transaction time), status ``active``,
+  ``source_message_ids`` = [source message];
+- ``FactUpdated`` also ends the superseded fact: status ``superseded``, ``superseded_by``,
+  ``valid_to`` = the new fact's ``valid_from``, ``invalidated_at`` = event timestamp;
+- ``FactRetracted``: status ``retracted``, ``valid_to`` = ``retracted_at``,
+  ``invalidated_at`` = event timestamp;
+- ``FactConfirmed``: ``reinforcement_count`` += 1, ``last_confirmed_at`` = the latest
+  ``confirmed_at``, the confirming message appended to ``source_message_ids`` (once);
+- ``EntitiesMerged``: facts whose subject is the merged entity move to the surviving one;
+- every event touching a fact appends its aggregate version to ``event_versions`` (the audit
+  fetches exactly those events from the log).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, Literal
+from uuid import UUID
+
+from domain.aggregate import AgentMemory
+
+AsOfAxis = Literal["both", "valid", "transaction"]
+
+
+@dataclass
+class FactRow:
+    """One row of ``mem_facts`` (minus the embedding, which is not domain state)."""
+
+    agent_id: str
+    fact_id: str
+    entity_key: str
+    attribute_key: str | None
+    fact_text: str
+    category: str
+    confidence: float
+    importance: float
+    valid_from: datetime
+    recorded_at: datetime
+    speaker: str | None
+    decided_by: dict[str, Any]
+    source_message_id: str | None
+    source_message_ids: list[str] = field(default_factory=list)
+    reinforcement_count: int = 0
+    valid_to: datetime | None = None
+    invalidated_at: datetime | None = None
+    status: str = "active"
+    supersedes_fact_id: str | None = None
+    superseded_by: str | None = None
+    last_confirmed_at: datetime | None = None
+    times_retrieved: int = 0
+    event_versions: list[int] = field(default_factory=list)
+
+    def copy(self) -> FactRow:
+        return replace(
+            self,
+            decided_by=dict(self.decided_by),
+            source_message_ids=list(self.source_message_ids),
+            event_versions=list(self.event_versions),
+        )
+
+
+def _later(a: datetime | None, b: datetime | None) -> datetime | None:
+    """GREATEST() as PostgreSQL computes it: NULLs are ignored."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return max(a, b)
+
+
+class FactFold:
+    """Incremental fold over the events of any number of agents; rows keyed (agent, fact)."""
+
+    def __init__(self, agent_id: str | None = None) -> None:
+        self.default_agent_id = agent_id
+        self.agents: dict[UUID, str] = {}
+        self.rows: dict[tuple[str, str], FactRow] = {}
+
+    def agent_of(self, event: Any) -> str:
+        agent = self.agents.get(event.originator_id, self.default_agent_id)
+        if agent is None:
+            raise KeyError(f"no Opened event seen for aggregate {event.originator_id}")
+        return agent
+
+    def apply(self, event: Any) -> None:
+        if isinstance(event, AgentMemory.Opened):
+            self.agents[event.originator_id] = event.agent_id  # type: ignore[attr-defined]
+            return
+        name = type(event).__name__
+        handler = getattr(self, f"_on_{name}", None)
+        if handler is not None and isinstance(event, AgentMemory.Event):
+            handler(self.agent_of(event), event)
+
+    def apply_all(self, events: Iterable[Any]) -> FactFold:
+        for event in events:
+            self.apply(event)
+        return self
+
+    # ----- handlers ------------------------------------------------------------------
+
+    def _new_row(self, agent: str, e: Any, supersedes: str | None) -> FactRow:
+        return FactRow(
+            agent_id=agent,
+            fact_id=e.fact_id,
+            entity_key=e.entity_key,
+            attribute_key=e.attribute_key,
+            fact_text=e.text,
+            category=e.category,
+            confidence=float(e.confidence),
+            importance=float(e.importance),
+            valid_from=e.valid_from,
+            recorded_at=e.timestamp,
+            speaker=e.speaker,
+            decided_by=dict(e.decided_by or {}),
+            source_message_id=e.source_message_id,
+            source_message_ids=[e.source_message_id] if e.source_message_id else [],
+            supersedes_fact_id=supersedes,
+            event_versions=[e.originator_version],
+        )
+
+    def _on_FactAdded(self, agent: str, e: Any) -> None:  # noqa: N802
+        self.rows[(agent, e.fact_id)] = self._new_row(agent, e, None)
+
+    def _on_FactUpdated(self, agent: str, e: Any) -> None:  # noqa: N802
+        old = self.rows.get((agent, e.supersedes_fact_id))
+        if old is not None:
+            old.status = "superseded"
+            old.superseded_by = e.fact_id
+            old.valid_to = e.valid_from
+            old.invalidated_at = e.timestamp
+            old.event_versions.append(e.originator_version)
+        self.rows[(agent, e.fact_id)] = self._new_row(agent, e, e.supersedes_fact_id)
+
+    def _on_FactConfirmed(self, agent: str, e: Any) -> None:  # noqa: N802
+        row = self.rows.get((agent, e.fact_id))
+        if row is None:
+            return
+        row.reinforcement_count += 1
+        row.last_confirmed_at = _later(row.last_confirmed_at, e.confirmed_at)
+        if e.message_id and e.message_id not in row.source_message_ids:
+            row.source_message_ids.append(e.message_id)
+        row.event_versions.append(e.originator_version)
+
+    def _on_FactRetracted(self, agent: str, e: Any) -> None:  # noqa: N802
+        row = self.rows.get((agent, e.fact_id))
+        if row is None:
+            return
+        row.status = "retracted"
+        row.valid_to = e.retracted_at
+        row.invalidated_at = e.timestamp
+        row.event_versions.append(e.originator_version)
+
+    def _on_EntitiesMerged(self, agent: str, e: Any) -> None:  # noqa: N802
+        for (row_agent, _), row in self.rows.items():
+            if row_agent == agent and row.entity_key == e.merged_key:
+                row.entity_key = e.into_key
+
+
+def fold_facts(events: Iterable[Any], agent_id: str | None = None) -> dict[str, FactRow]:
+    """Fact rows of ONE agent's events, keyed by fact id (``agent_id`` if ``Opened`` is absent)."""
+    folded = FactFold(agent_id).apply_all(events)
+    return {fact_id: row for (_, fact_id), row in folded.rows.items()}
+
+
+def facts_as_of(
+    events: Iterable[Any],
+    t: datetime,
+    agent_id: str | None = None,
+    axis: AsOfAxis = "both",
+) -> list[FactRow]:
+    """Facts of one agent that were true at ``t`` as memory knew them at ``t``.
+
+    ``both`` (default): only decisions recorded by ``t`` count (transaction time), and of the
+    resulting rows those with ``valid_from <= t`` that had not ended by ``t`` (valid time).
+    ``transaction``: what memory held at ``t`` whatever the conversation dates.
+    ``valid``: everything memory knows now, restricted to facts valid at ``t``.
+    """
+    events = list(events)
+    if axis in ("both", "transaction"):
+        events = [e for e in events if e.timestamp <= t or isinstance(e, AgentMemory.Opened)]
+    rows = fold_facts(events, agent_id).values()
+    out: list[FactRow] = []
+    for row in rows:
+        if axis in ("both", "transaction") and row.recorded_at > t:
+            continue
+        if axis == "transaction":
+            if row.status == "active":
+                out.append(row)
+            continue
+        if row.valid_from > t:
+            continue
+        if row.valid_to is not None and row.valid_to <= t:
+            continue
+        out.append(row)
+    return sorted(out, key=lambda r: (r.valid_from, r.fact_id))

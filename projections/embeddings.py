@@ -1,0 +1,95 @@
+"""Embeddings are paid once per (model, text): a content-addressed cache in PostgreSQL.
+
+``mem_embedding_cache(model_id, text_hash)`` with ``text_hash = sha256(utf-8 text)`` in hex —
+the same value PostgreSQL computes with ``encode(sha256(convert_to(t, 'UTF8')), 'hex')``, so
+bulk rebuild can join rows to their vectors in SQL without shipping a vector through Python.
+Projectors embed only texts missing from the cache; replay and rebuild therefore never call
+the embedder for a text they have seen; switching model is a rebuild with another embedder
+(old vectors stay cached under their own ``model_id``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from domain.ports import EmbeddingProvider
+
+SQL_TEXT_HASH = "encode(sha256(convert_to({col}, 'UTF8')), 'hex')"
+EMBED_BATCH = 64
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def vector_literal(vector: Sequence[float]) -> str:
+    """pgvector's text input form; ``repr`` keeps every digit of the float."""
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+
+
+class CountingEmbedder:
+    """Wraps a provider and counts passage texts embedded (for reports and tests)."""
+
+    def __init__(self, inner: EmbeddingProvider) -> None:
+        self.inner = inner
+        self.model_id = inner.model_id
+        self.dimensions = inner.dimensions
+        self.calls = 0
+        self.texts = 0
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        self.calls += 1
+        self.texts += len(texts)
+        return self.inner.embed(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.inner.embed_query(text)
+
+
+def missing_hashes(curs: Any, model_id: str, hashes: Iterable[str]) -> set[str]:
+    wanted = sorted(set(hashes))
+    if not wanted:
+        return set()
+    curs.execute(
+        "SELECT text_hash FROM mem_embedding_cache WHERE model_id = %s AND text_hash = ANY(%s)",
+        (model_id, wanted),
+    )
+    have = {row["text_hash"] if isinstance(row, dict) else row[0] for row in curs.fetchall()}
+    return set(wanted) - have
+
+
+def fill_cache(curs: Any, embedder: EmbeddingProvider, texts: Iterable[str]) -> int:
+    """Embed the texts the cache lacks (in batches) and store them. Returns texts embedded.
+
+    Run it in its own committed transaction: a vector paid for is kept even if the projection
+    transaction that wanted it fails.
+    """
+    by_hash = {text_hash(t): t for t in texts}
+    todo = sorted(missing_hashes(curs, embedder.model_id, by_hash))
+    for start in range(0, len(todo), EMBED_BATCH):
+        chunk = todo[start : start + EMBED_BATCH]
+        vectors = embedder.embed([by_hash[h] for h in chunk])
+        if len(vectors) != len(chunk):
+            raise ValueError(f"embedder returned {len(vectors)} vectors for {len(chunk)} texts")
+        for h, vector in zip(chunk, vectors, strict=True):
+            if len(vector) != embedder.dimensions:
+                raise ValueError(
+                    f"{embedder.model_id} returned {len(vector)} dims, declares {embedder.dimensions}"
+                )
+        curs.executemany(
+            "INSERT INTO mem_embedding_cache (model_id, text_hash, embedding) "
+            "VALUES (%s, %s, %s::vector) ON CONFLICT DO NOTHING",
+            [
+                (embedder.model_id, h, vector_literal(v))
+                for h, v in zip(chunk, vectors, strict=True)
+            ],
+        )
+    return len(todo)
+
+
+CACHED_VECTOR_SQL = (
+    "(SELECT embedding FROM mem_embedding_cache WHERE model_id = %(model_id)s "
+    "AND text_hash = %(text_hash)s)"
+)

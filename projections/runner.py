@@ -1,0 +1,249 @@
+"""Running the projections: eventsourcing ``ProjectionRunner``s, read-your-writes waits.
+
+``ProjectionSet`` starts one runner per projection (``conversation``, ``memory``) against the
+application class it is given (projections must not import ``services``). Each runner resumes
+from its view's tracking position and follows new events (LISTEN/NOTIFY). ``wait(position)``
+blocks until every projection has applied the log up to that notification id.
+
+``wait_for_position`` does the same from any process (e.g. a retrieve replica) by polling the
+tracking tables: positions are data in PostgreSQL, not state of a runner.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from types import TracebackType
+from typing import Any
+
+import psycopg
+from eventsourcing.projection import Projection, ProjectionRunner
+from psycopg import sql
+
+from domain.ports import EmbeddingProvider
+from projections.views import VIEW_CLASSES, ReadModelView, bind_view
+
+APPLICATION_NAME = "engramdb"
+PROJECTION_NAMES = ("conversation", "memory")
+
+
+class _ReadModelProjection(Projection[ReadModelView]):
+    """Hands every event to the view; no topic filter, so every position is tracked."""
+
+    topics = ()
+
+    def process_event(self, domain_event: Any, tracking: Any) -> None:  # type: ignore[override]
+        self.view.apply(domain_event, tracking)
+
+
+class ConversationProjection(_ReadModelProjection):
+    name = "conversation"
+
+
+class MemoryProjection(_ReadModelProjection):
+    name = "memory"
+
+
+PROJECTION_CLASSES: dict[str, type[_ReadModelProjection]] = {
+    "conversation": ConversationProjection,
+    "memory": MemoryProjection,
+}
+
+
+def _names(projection: str | Sequence[str] | None) -> tuple[str, ...]:
+    if projection is None:
+        return PROJECTION_NAMES
+    names = (projection,) if isinstance(projection, str) else tuple(projection)
+    unknown = [n for n in names if n not in PROJECTION_CLASSES]
+    if unknown:
+        raise ValueError(f"unknown projection(s) {unknown}; known: {PROJECTION_NAMES}")
+    return names
+
+
+def _poll(check: Any, position: int, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    delay = 0.002
+    while True:
+        lagging = check()
+        if not lagging:
+            return
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"{what}: {lagging} not at notification {position} after {timeout}s")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
+class ProjectionSet:
+    """The read-model projectors of one event store, run in this process on threads."""
+
+    def __init__(
+        self,
+        application_class: type[Any],
+        env: dict[str, str],
+        embedder: EmbeddingProvider,
+        projections: str | Sequence[str] | None = None,
+    ) -> None:
+        self.application_class = application_class
+        self.env = dict(env)
+        self.embedder = embedder
+        self.names = _names(projections)
+        self.runners: dict[str, ProjectionRunner[Any, ReadModelView]] = {}
+
+    @classmethod
+    def start(
+        cls,
+        application_class: type[Any],
+        env: dict[str, str],
+        embedder: EmbeddingProvider,
+        projections: str | Sequence[str] | None = None,
+    ) -> ProjectionSet:
+        return cls(application_class, env, embedder, projections)._start()
+
+    def _start(self) -> ProjectionSet:
+        try:
+            for name in self.names:
+                runner: ProjectionRunner[Any, ReadModelView] = ProjectionRunner(
+                    application_class=self.application_class,
+                    projection_class=PROJECTION_CLASSES[name],
+                    view_class=bind_view(VIEW_CLASSES[name], self.embedder),
+                    env=self.env,
+                )
+                runner.__enter__()
+                self.runners[name] = runner
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    @property
+    def running(self) -> bool:
+        return bool(self.runners)
+
+    def positions(self) -> dict[str, int | None]:
+        return {
+            name: runner.view.max_tracking_id(runner.app_name)
+            for name, runner in self.runners.items()
+        }
+
+    def wait(self, position: int | None, timeout: float = 30.0) -> None:
+        """Read-your-writes: block until every projection applied ``position``.
+
+        Raises the projector's own error if one died, ``TimeoutError`` on timeout.
+        """
+        if position is None or not self.runners:
+            return
+
+        def lagging() -> list[str]:
+            behind = []
+            for name, runner in self.runners.items():
+                runner.run_forever(timeout=0)  # re-raises a processing thread's error
+                if runner.is_interrupted.is_set():
+                    raise RuntimeError(f"projection {name!r} has stopped")
+                current = runner.view.max_tracking_id(runner.app_name)
+                if current is None or current < position:
+                    behind.append(name)
+            return behind
+
+        _poll(lagging, position, timeout, "projections")
+
+    def stop(self) -> None:
+        """Stop every runner (joins its threads, closes its connections)."""
+        errors: list[BaseException] = []
+        for runner in self.runners.values():
+            try:
+                runner.__exit__(None, None, None)
+            except BaseException as exc:  # noqa: BLE001 - stop the others first
+                errors.append(exc)
+            finally:
+                runner.view.datastore.close()
+        self.runners = {}
+        if errors:
+            raise errors[0]
+
+    def rebuild(self, projection: str | None = None, progress: bool = False) -> Any:
+        """Stop, rebuild from the log (bulk mode), start again. Returns the RebuildReport."""
+        from projections.rebuild import rebuild
+
+        was_running = self.running
+        self.stop()
+        report = rebuild(self.application_class, self.env, self.embedder, projection, progress)
+        if was_running:
+            self._start()
+        return report
+
+    def __enter__(self) -> ProjectionSet:
+        if not self.runners:
+            self._start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def tracking_positions(
+    target: Any,
+    schema: str = "public",
+    projections: Iterable[str] = PROJECTION_NAMES,
+    application_name: str = APPLICATION_NAME,
+) -> dict[str, int | None]:
+    """Current position of each projection, read from its tracking table.
+
+    ``target`` is a libpq DSN/URL, an open psycopg connection, or an eventsourcing
+    ``PostgresDatastore`` (then its schema is used).
+    """
+    if hasattr(target, "get_connection"):  # PostgresDatastore
+        schema = target.schema
+        with target.get_connection() as conn:
+            return tracking_positions(conn, schema, projections, application_name)
+    if isinstance(target, str):
+        with psycopg.connect(target, autocommit=True) as conn:
+            return tracking_positions(conn, schema, projections, application_name)
+    out: dict[str, int | None] = {}
+    for name in projections:
+        table = sql.Identifier(schema, f"{name}_tracking")
+        try:
+            row = target.execute(
+                sql.SQL("SELECT max(notification_id) FROM {} WHERE application_name = %s").format(
+                    table
+                ),
+                (application_name,),
+            ).fetchone()
+        except psycopg.errors.UndefinedTable:
+            out[name] = None
+            continue
+        value = row["max"] if isinstance(row, dict) else row[0]
+        out[name] = value
+    return out
+
+
+def wait_for_position(
+    target: Any,
+    position: int | None,
+    timeout: float = 30.0,
+    *,
+    schema: str = "public",
+    projections: Iterable[str] = PROJECTION_NAMES,
+    application_name: str = APPLICATION_NAME,
+) -> None:
+    """Block until every projection's tracking table reached ``position`` (any process)."""
+    if position is None:
+        return
+    names = tuple(projections)
+    if isinstance(target, str):
+        with psycopg.connect(target, autocommit=True) as conn:
+            wait_for_position(
+                conn, position, timeout, schema=schema, projections=names,
+                application_name=application_name,
+            )
+        return
+
+    def lagging() -> list[str]:
+        now = tracking_positions(target, schema, names, application_name)
+        return [n for n, p in now.items() if p is None or p < position]
+
+    _poll(lagging, position, timeout, "projections")

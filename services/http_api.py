@@ -1,0 +1,186 @@
+"""HTTP surface of engramdb (FastAPI): retrieve, write, audit, health.
+
+``create_app(memory)`` takes anything with the ``Memory`` facade's methods (``retrieve``,
+``write``, ``history``, ``facts_as_of``, optionally ``health``); the facade is synchronous,
+so every call runs on a worker thread (``anyio.to_thread``), never on the event loop.
+Invalid input is a 422 whose ``detail`` names the offending field (pydantic's ``loc``), also
+for per-call ``config_overrides``. ``python -m services.http_api`` writes ``docs/openapi.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field, ValidationError
+
+from services.messages import ConversationMessage
+from services.retrieve.config import UnknownConfigKey
+from services.retrieve.models import RetrieveRequest, RetrieveResult
+
+API_VERSION = "1"
+
+
+class ErrorDetail(BaseModel):
+    loc: list[str | int] = Field(default_factory=list)
+    msg: str
+    type: str = "value_error"
+
+
+class ErrorBody(BaseModel):
+    detail: list[ErrorDetail]
+
+
+class Health(BaseModel):
+    status: str
+    checks: dict[str, Any] = Field(default_factory=dict)
+
+
+def _plain(value: Any) -> Any:
+    """Pydantic models / lists of them / dicts -> JSON-ready data."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+def _unprocessable(loc: list[str | int], msg: str, kind: str = "value_error") -> JSONResponse:
+    return JSONResponse(status_code=422, content={"detail": [{"loc": loc, "msg": msg, "type": kind}]})
+
+
+def _from_validation(prefix: list[str | int], exc: ValidationError) -> JSONResponse:
+    details = [
+        {"loc": [*prefix, *err.get("loc", ())], "msg": err.get("msg", ""), "type": err.get("type", "value_error")}
+        for err in exc.errors(include_url=False, include_context=False, include_input=False)
+    ]
+    return JSONResponse(status_code=422, content={"detail": details})
+
+
+def create_app(memory: Any, *, title: str = "engramdb") -> FastAPI:
+    app = FastAPI(
+        title=title,
+        version=API_VERSION,
+        description="Event-sourced long-term memory for LLM agents: write conversation turns, "
+        "retrieve scored facts and a prompt-ready context, audit how a memory came to be.",
+    )
+    app.state.memory = memory
+
+    @app.post(
+        "/v1/retrieve",
+        response_model=RetrieveResult,
+        responses={422: {"model": ErrorBody}},
+        summary="Retrieve the facts and conversations relevant to a query",
+    )
+    async def retrieve(request: RetrieveRequest) -> Any:
+        try:
+            result = await anyio.to_thread.run_sync(
+                lambda: memory.retrieve(
+                    request.agent_id,
+                    request.query,
+                    as_of=request.as_of,
+                    wait_for=request.wait_for,
+                    config_overrides=request.config_overrides,
+                )
+            )
+        except UnknownConfigKey as exc:
+            return _unprocessable(["body", "config_overrides", *exc.keys], str(exc), "extra_forbidden")
+        except ValidationError as exc:  # bad override values: name the config field
+            return _from_validation(["body", "config_overrides"], exc)
+        except TimeoutError as exc:
+            raise HTTPException(status_code=504, detail=str(exc)) from exc
+        except ValueError as exc:
+            field = "agent_id" if "agent_id" in str(exc) else "wait_for" if "wait_for" in str(exc) else "query"
+            return _unprocessable(["body", field], str(exc))
+        return _plain(result)
+
+    @app.post(
+        "/v1/messages",
+        responses={422: {"model": ErrorBody}},
+        summary="Write one conversation turn (recorded first, then extracted)",
+    )
+    async def write_message(message: ConversationMessage) -> Any:
+        result = await anyio.to_thread.run_sync(
+            lambda: memory.write(
+                message.agent_id,
+                message.text,
+                speaker=message.speaker,
+                session_id=message.session_id,
+                occurred_at=message.occurred_at,
+                message_id=message.message_id,
+                metadata=dict(message.metadata),
+            )
+        )
+        return _plain(result)
+
+    @app.get(
+        "/v1/agents/{agent_id}/facts",
+        responses={422: {"model": ErrorBody}},
+        summary="The agent's facts as memory knew and held them at `as_of` (default: now)",
+    )
+    async def facts(agent_id: str, as_of: datetime | None = Query(None, description="ISO 8601")) -> Any:
+        when = as_of or datetime.now(UTC)
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        return _plain(await anyio.to_thread.run_sync(lambda: memory.facts_as_of(agent_id, when)))
+
+    @app.get(
+        "/v1/agents/{agent_id}/facts/{fact_id}/history",
+        responses={404: {"description": "no decision ever touched this fact"}},
+        summary="Every decision that touched a fact, with the message that caused it",
+    )
+    async def history(agent_id: str, fact_id: str) -> Any:
+        entries = await anyio.to_thread.run_sync(lambda: memory.history(agent_id, fact_id))
+        if not entries:
+            raise HTTPException(status_code=404, detail=f"no history for fact {fact_id!r} of agent {agent_id!r}")
+        return _plain(entries)
+
+    @app.get("/healthz", response_model=Health, summary="Liveness: the process answers")
+    async def healthz() -> Health:
+        return Health(status="ok")
+
+    @app.get("/readyz", response_model=Health, responses={503: {"model": Health}},
+             summary="Readiness: database, broker and projections reachable")
+    async def readyz() -> Any:
+        check = getattr(memory, "health", None)
+        if check is None:
+            return Health(status="ok")
+        try:
+            report = await anyio.to_thread.run_sync(check)
+        except Exception as exc:
+            return JSONResponse(status_code=503, content={"status": "unavailable", "checks": {"error": str(exc)}})
+        data = _plain(report) if report is not None else {}
+        if isinstance(data, bool):
+            data = {"ok": data}
+        ok = data.get("ok", data.get("status", "ok") in ("ok", True)) if isinstance(data, dict) else bool(data)
+        body = {"status": "ok" if ok else "unavailable", "checks": data if isinstance(data, dict) else {"value": data}}
+        return JSONResponse(status_code=200 if ok else 503, content=body)
+
+    @app.exception_handler(ValidationError)
+    async def _validation(_request: Request, exc: ValidationError) -> JSONResponse:
+        return _from_validation(["body"], exc)
+
+    return app
+
+
+def export_openapi(path: str | Path = "docs/openapi.json") -> Path:
+    """Write the OpenAPI document (no memory needed: the schema does not depend on it)."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    spec = create_app(memory=None).openapi()
+    out.write_text(json.dumps(spec, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return out
+
+
+if __name__ == "__main__":  # python -m services.http_api [path]
+    print(export_openapi(*(sys.argv[1:2] or ["docs/openapi.json"])))

@@ -1,0 +1,104 @@
+"""NATS request/reply surface of retrieve (FastStream), subject ``<prefix>.retrieve``.
+
+Request: a JSON ``RetrieveRequest`` (``agent_id``, ``query``, optional ``as_of``,
+``wait_for``, ``config_overrides``). Reply: a JSON ``RetrieveReply`` — ``{"result": {...}}``
+on success, ``{"error": "...", "error_type": "validation" | "internal"}`` otherwise, so a
+requester always gets an answer instead of waiting for its timeout.
+
+Core NATS (not JetStream): a query is ephemeral, replaying it later has no value. Replicas
+share the queue group ``engramdb-retrieve`` so each request is answered once; scaling out is
+starting more replicas. The facade is synchronous: calls run on a worker thread.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import anyio
+from faststream.nats import NatsBroker, NatsMessage
+from pydantic import BaseModel, Field, ValidationError
+
+from services.retrieve.config import UnknownConfigKey
+from services.retrieve.models import RetrieveRequest, RetrieveResult
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SUBJECT = "engramdb.retrieve"
+QUEUE_GROUP = "engramdb-retrieve"
+
+
+class RetrieveReply(BaseModel):
+    """Exactly one of ``result`` / ``error`` is set."""
+
+    result: RetrieveResult | None = None
+    error: str | None = None
+    error_type: str | None = Field(None, description="validation | internal")
+
+
+def _error(kind: str, message: str) -> dict[str, Any]:
+    return RetrieveReply(error=message, error_type=kind).model_dump(mode="json", exclude_none=True)
+
+
+def _describe(exc: ValidationError, prefix: str = "") -> str:
+    parts = []
+    for err in exc.errors(include_url=False, include_context=False, include_input=False):
+        loc = ".".join(str(x) for x in err.get("loc", ())) or "request"
+        parts.append(f"{prefix}{loc}: {err.get('msg', '')}")
+    return "; ".join(parts)
+
+
+async def handle_request(memory: Any, raw: bytes | str) -> dict[str, Any]:
+    """Validate, run the retrieve on a thread, and always return a reply dict."""
+    try:
+        payload = json.loads(raw) if isinstance(raw, bytes | str) else raw
+        request = RetrieveRequest.model_validate(payload)
+    except ValueError as exc:  # JSON errors and ValidationError
+        text = _describe(exc) if isinstance(exc, ValidationError) else f"invalid JSON: {exc}"
+        return _error("validation", text)
+    try:
+        result = await anyio.to_thread.run_sync(
+            lambda: memory.retrieve(
+                request.agent_id,
+                request.query,
+                as_of=request.as_of,
+                wait_for=request.wait_for,
+                config_overrides=request.config_overrides,
+            )
+        )
+    except UnknownConfigKey as exc:
+        return _error("validation", str(exc))
+    except ValidationError as exc:
+        return _error("validation", _describe(exc, "config_overrides."))
+    except ValueError as exc:
+        return _error("validation", str(exc))
+    except Exception as exc:  # the requester gets a reply, the subscriber keeps running
+        log.exception("retrieve failed")
+        return _error("internal", f"{type(exc).__name__}: {exc}")
+    return {"result": result.model_dump(mode="json")}
+
+
+def register_retrieve(broker: NatsBroker, memory: Any, subject: str = DEFAULT_SUBJECT) -> Any:
+    """Add the retrieve responder to an existing broker (e.g. next to the ingest consumer)."""
+
+    @broker.subscriber(subject, queue=QUEUE_GROUP)
+    async def retrieve_responder(msg: NatsMessage) -> dict[str, Any]:
+        return await handle_request(memory, msg.body)
+
+    return retrieve_responder
+
+
+def create_retrieve_broker(memory: Any, nats_url: str, subject: str = DEFAULT_SUBJECT) -> NatsBroker:
+    """A broker serving only retrieve; run it with ``FastStream(broker)`` or ``await broker.start()``."""
+    broker = NatsBroker(nats_url)
+    register_retrieve(broker, memory, subject)
+    return broker
+
+
+async def request_retrieve(broker: NatsBroker, request: RetrieveRequest | dict[str, Any],
+                           subject: str = DEFAULT_SUBJECT, timeout: float = 10.0) -> RetrieveReply:
+    """Client helper: send a request and parse the reply."""
+    body = request.model_dump(mode="json", exclude_none=True) if isinstance(request, BaseModel) else request
+    reply = await broker.request(json.dumps(body), subject, timeout=timeout)
+    return RetrieveReply.model_validate_json(reply.body)

@@ -1,0 +1,138 @@
+"""Publish conversation messages onto JetStream (the users' write entry point, SPEC §0).
+
+Every message goes to ``<prefix>.messages.<agent_token>`` with a ``Nats-Msg-Id`` header
+derived from (agent_id, message_id), so the server drops a re-publication inside the
+stream's duplicate window; the write pipeline's ``MessageRecord`` catches anything later.
+The publisher declares the stream if it is missing, so ``engramdb publish`` works before
+any ingest worker ever started (messages wait in the stream).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+import nats
+from nats.js.api import PubAck, StreamConfig
+from nats.js.errors import NotFoundError
+
+from services.messages import (
+    DEFAULT_PREFIX,
+    DUPLICATE_WINDOW_SEC,
+    ConversationMessage,
+    dedup_id,
+    message_subject,
+    messages_stream_name,
+    messages_wildcard,
+)
+
+
+def messages_stream_config(prefix: str = DEFAULT_PREFIX) -> StreamConfig:
+    return StreamConfig(
+        name=messages_stream_name(prefix),
+        subjects=[messages_wildcard(prefix)],
+        duplicate_window=DUPLICATE_WINDOW_SEC,
+    )
+
+
+async def ensure_stream(js: Any, config: StreamConfig) -> None:
+    try:
+        await js.stream_info(config.name)
+    except NotFoundError:
+        await js.add_stream(config=config)
+
+
+class MessagePublisher:
+    """One connection for many publications (``async with MessagePublisher(url) as p``)."""
+
+    def __init__(self, nats_url: str, prefix: str = DEFAULT_PREFIX, timeout: float = 5.0) -> None:
+        self.nats_url = nats_url
+        self.prefix = prefix
+        self.timeout = timeout
+        self._nc: Any = None
+        self._js: Any = None
+
+    async def __aenter__(self) -> MessagePublisher:
+        self._nc = await nats.connect(self.nats_url, connect_timeout=self.timeout, max_reconnect_attempts=3)
+        self._js = self._nc.jetstream(timeout=self.timeout)
+        await ensure_stream(self._js, messages_stream_config(self.prefix))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._nc is not None:
+            await self._nc.drain()
+            self._nc = None
+
+    async def publish(self, message: ConversationMessage) -> PubAck:
+        return await self._js.publish(
+            message_subject(message.agent_id, self.prefix),
+            message.to_json_bytes(),
+            timeout=self.timeout,
+            stream=messages_stream_name(self.prefix),
+            headers={"Nats-Msg-Id": dedup_id(message.agent_id, message.message_id),
+                     "content-type": "application/json"},
+        )
+
+    async def publish_raw(self, agent_id: str, payload: bytes, headers: dict[str, str] | None = None) -> PubAck:
+        """Publish bytes as they are (tests and tools: poison messages, foreign producers)."""
+        return await self._js.publish(
+            message_subject(agent_id, self.prefix), payload, timeout=self.timeout,
+            stream=messages_stream_name(self.prefix), headers=headers,
+        )
+
+    async def publish_many(self, messages: Iterable[ConversationMessage]) -> list[PubAck]:
+        """Pipelined publication (acks awaited together); per-agent order is kept because
+        publications of one connection reach the server in order."""
+        futures = [
+            await self._js.publish_async(
+                message_subject(m.agent_id, self.prefix),
+                m.to_json_bytes(),
+                headers={"Nats-Msg-Id": dedup_id(m.agent_id, m.message_id), "content-type": "application/json"},
+            )
+            for m in messages
+        ]
+        return list(await asyncio.gather(*futures))
+
+
+async def publish_message_async(
+    nats_url: str, message: ConversationMessage, timeout: float = 5.0, prefix: str = DEFAULT_PREFIX
+) -> PubAck:
+    async with MessagePublisher(nats_url, prefix, timeout) as publisher:
+        return await publisher.publish(message)
+
+
+def publish_message(
+    nats_url: str, message: ConversationMessage, timeout: float = 5.0, prefix: str = DEFAULT_PREFIX
+) -> PubAck:
+    """Sync wrapper (for the CLI and scripts; not for use inside a running event loop)."""
+    return asyncio.run(publish_message_async(nats_url, message, timeout, prefix))
+
+
+def publish_cli(
+    nats_url: str,
+    agent: str,
+    text: str,
+    message_id: str | None = None,
+    speaker: str | None = None,
+    session: str | None = None,
+    occurred_at: datetime | None = None,
+    prefix: str = DEFAULT_PREFIX,
+) -> str:
+    """``engramdb publish``: validate, publish, and return a one-line report (raises
+    ``services.messages.InvalidMessage`` with the reason for an invalid message)."""
+    from services.messages import parse_message
+
+    data: dict[str, Any] = {"agent_id": agent, "text": text, "speaker": speaker, "session_id": session}
+    if message_id:
+        data["message_id"] = message_id
+    if occurred_at is not None:
+        data["occurred_at"] = occurred_at
+    message = parse_message(data)
+    ack = publish_message(nats_url, message, prefix=prefix)
+    dup = " (duplicate: already in the stream)" if ack.duplicate else ""
+    return (
+        f"published message {message.message_id} for agent {message.agent_id} "
+        f"to {ack.stream} seq {ack.seq}{dup}"
+    )

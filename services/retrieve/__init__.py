@@ -1,0 +1,32 @@
+"""The read pipeline (SPEC §3): ``Retriever(pool, embedder, llm=None).retrieve(agent_id, query)``.
+
+Modules: ``config`` (every knob), ``models`` (plan/result shapes), ``planner`` (deterministic
+plan), ``signals`` (SQL candidate generators), ``rank`` (merge & score), ``enhance``
+(spreading activation), ``rerank`` (LLM judge), ``formatter`` (context string),
+``pipeline`` (orchestration). Decisions: ADR 0006.
+"""
+
+from services.retrieve.config import RetrieveConfig, UnknownConfigKey
+from services.retrieve.models import (
+    PlannedEntity,
+    RetrievalPlan,
+    RetrieveRequest,
+    RetrieveResult,
+    ScoredEvent,
+    ScoredFact,
+    ScoredPattern,
+)
+from services.retrieve.pipeline import Retriever
+
+__all__ = [
+    "PlannedEntity",
+    "RetrievalPlan",
+    "RetrieveConfig",
+    "RetrieveRequest",
+    "RetrieveResult",
+    "Retriever",
+    "ScoredEvent",
+    "ScoredFact",
+    "ScoredPattern",
+    "UnknownConfigKey",
+]

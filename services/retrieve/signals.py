@@ -1,0 +1,435 @@
+"""Candidate generators (SPEC §3.2): semantic, keyword, graph, aggregation, and the same
+semantic + keyword search over raw messages ("Relevant conversations").
+
+Every function takes a psycopg connection and returns ids with signal scores only: vectors
+never travel to Python (ARCHITECTURE lesson: the seed spent ~45% of its read time parsing
+vectors). User text only ever reaches SQL as a bound parameter; LIKE patterns are escaped.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from domain.keys import fold
+from services.retrieve.config import RetrieveConfig
+from services.retrieve.planner import STOPWORDS, Edge, load_edges
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def _active_now(alias: str = "f") -> str:
+    # Spelled out so the planner can use the partial index ``WHERE valid_to IS NULL``.
+    return f"{alias}.valid_to IS NULL AND {alias}.invalidated_at IS NULL"
+
+
+def _active_at(alias: str = "f") -> str:
+    f = alias
+    return (
+        f"{f}.recorded_at <= %(t)s AND {f}.valid_from <= %(t)s "
+        f"AND ({f}.valid_to IS NULL OR {f}.valid_to > %(t)s) "
+        f"AND ({f}.invalidated_at IS NULL OR {f}.invalidated_at > %(t)s)"
+    )
+
+
+def fact_visibility(as_of: datetime | None, alias: str = "f") -> str:
+    return _active_now(alias) if as_of is None else _active_at(alias)
+
+
+def message_visibility(as_of: datetime | None, alias: str = "m") -> str:
+    if as_of is None:
+        return "TRUE"
+    return f"{alias}.occurred_at <= %(t)s AND {alias}.recorded_at <= %(t)s"
+
+
+def vector_literal(vector: list[float]) -> str:
+    """pgvector's text form; cast with ``::vector`` in SQL (no per-connection adapter needed)."""
+    return "[" + ",".join(f"{x:.7g}" for x in vector) + "]"
+
+
+def escape_like(word: str) -> str:
+    return word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def keyword_words(query: str, max_words: int, min_len: int) -> list[str]:
+    """Words longer than 2 chars (``min_len`` 3), stop words dropped, first ``max_words``
+    distinct ones, lower-cased but accents kept (ILIKE is accent-sensitive)."""
+    words: list[str] = []
+    for word in _WORD.findall(query.lower()):
+        if len(word) < min_len or fold(word) in STOPWORDS or word.isdigit() and len(word) < 4:
+            continue
+        if word not in words:
+            words.append(word)
+        if len(words) >= max_words:
+            break
+    return words
+
+
+def similarity_threshold(cfg: RetrieveConfig, floor: float) -> float:
+    """Raw cosine matching ``min_similarity`` on the calibrated scale."""
+    return floor + cfg.min_similarity * (1.0 - floor)
+
+
+def _set_hnsw(conn: Any, ef_search: int) -> None:
+    # set_config(..., true) is SET LOCAL: it ends with this transaction, never leaks into the
+    # pooled connection. relaxed_order lets the per-agent filter not starve the HNSW scan.
+    conn.execute(
+        "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true)",
+        (str(ef_search),),
+    )
+
+
+def semantic_facts(
+    conn: Any, agent_id: str, qvec: str, cfg: RetrieveConfig, floor: float, as_of: datetime | None
+) -> list[tuple[str, float]]:
+    """(fact_id, cosine) of the nearest facts above the similarity threshold, HNSW order."""
+    limit = cfg.candidate_pool
+    _set_hnsw(conn, max(cfg.hnsw_ef_search, limit))
+    rows = conn.execute(
+        f"""
+        WITH nn AS MATERIALIZED (
+            SELECT f.fact_id, f.embedding <=> %(q)s::vector AS d
+              FROM mem_facts f
+             WHERE f.agent_id = %(a)s AND {fact_visibility(as_of)}
+               AND f.confidence >= %(minc)s AND f.embedding IS NOT NULL
+             ORDER BY f.embedding <=> %(q)s::vector
+             LIMIT %(n)s
+        )
+        SELECT fact_id, 1 - d FROM nn WHERE d <= %(maxd)s ORDER BY d, fact_id
+        """,
+        {
+            "q": qvec,
+            "a": agent_id,
+            "t": as_of,
+            "minc": cfg.min_confidence,
+            "n": limit,
+            "maxd": 1.0 - similarity_threshold(cfg, floor),
+        },
+    ).fetchall()
+    return [(r[0], float(r[1])) for r in rows]
+
+
+def keyword_facts(
+    conn: Any, agent_id: str, words: list[str], cfg: RetrieveConfig, as_of: datetime | None
+) -> list[tuple[str, float]]:
+    """(fact_id, fraction of the keyword words found in its text), best first."""
+    if not words:
+        return []
+    patterns = [f"%{escape_like(w)}%" for w in words]
+    rows = conn.execute(
+        f"""
+        SELECT f.fact_id,
+               (SELECT count(*) FROM unnest(%(p)s::text[]) AS p WHERE f.fact_text ILIKE p)::float8 / %(k)s AS s
+          FROM mem_facts f
+         WHERE f.agent_id = %(a)s AND {fact_visibility(as_of)}
+           AND f.confidence >= %(minc)s AND f.fact_text ILIKE ANY(%(p)s::text[])
+         ORDER BY s DESC, f.valid_from DESC, f.fact_id
+         LIMIT %(n)s
+        """,
+        {"p": patterns, "k": len(words), "a": agent_id, "t": as_of, "minc": cfg.min_confidence, "n": cfg.candidate_pool},
+    ).fetchall()
+    return [(r[0], float(r[1])) for r in rows]
+
+
+def aggregation_facts(
+    conn: Any, agent_id: str, patterns: list[str], cfg: RetrieveConfig, as_of: datetime | None
+) -> list[tuple[str, float]]:
+    """Facts about entities of the aggregated types (``person:%``), most reinforced and
+    important first. ``patterns`` come from the planner (never from user text)."""
+    if not patterns:
+        return []
+    rows = conn.execute(
+        f"""
+        SELECT f.fact_id FROM mem_facts f
+         WHERE f.agent_id = %(a)s AND f.entity_key LIKE ANY(%(p)s::text[]) AND {fact_visibility(as_of)}
+           AND f.confidence >= %(minc)s
+         ORDER BY f.reinforcement_count DESC, f.importance DESC, f.valid_from DESC, f.fact_id
+         LIMIT %(n)s
+        """,
+        {"a": agent_id, "p": patterns, "t": as_of, "minc": cfg.min_confidence, "n": cfg.candidate_pool},
+    ).fetchall()
+    return [(r[0], 1.0) for r in rows]
+
+
+# ----- graph ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GraphNode:
+    key: str
+    hop: int  # BFS distance from a query entity (0 = named in the query)
+    edge_strength: float  # 1.0 at hop 0; normalised strength of the path's edges
+    edge_seen: datetime | None  # last_seen_at of the edge that reached it
+    in_query: bool
+
+
+@dataclass(frozen=True)
+class GraphHit:
+    fact_id: str
+    node: GraphNode
+    structural: float  # edge_strength × edge_recency × query_bonus × hop_decay (recency of the fact applied in rank)
+
+
+def strength_factor(strength: float) -> float:
+    """A co-mention count-like ``strength`` (1.0 on first sight) onto (0, 1]: 0.75 once, 1.0
+    from the second co-mention on."""
+    return max(0.0, min(1.0, 0.5 + 0.25 * strength))
+
+
+def bfs(
+    conn: Any,
+    agent_id: str,
+    seeds: dict[str, bool],
+    first_edges: list[Edge],
+    hops: int,
+    as_of: datetime | None,
+    per_entity: int,
+) -> dict[str, GraphNode]:
+    """BFS over relationships (both directions) up to ``hops``; ``seeds`` maps entity key to
+    "named in the query". ``first_edges`` (loaded by the planner) saves the first round trip."""
+    nodes = {k: GraphNode(k, 0, 1.0, None, in_q) for k, in_q in seeds.items()}
+    frontier = sorted(seeds)
+    for hop in range(1, hops + 1):
+        if not frontier:
+            break
+        if hop == 1 and first_edges:
+            known = {e.seed for e in first_edges}
+            edges = [e for e in first_edges if e.seed in seeds]
+            missing = [k for k in frontier if k not in known]
+            if missing:
+                edges += load_edges(conn, agent_id, missing, as_of, per_entity)[0]
+        else:
+            edges = load_edges(conn, agent_id, frontier, as_of, per_entity)[0]
+        nxt: dict[str, GraphNode] = {}
+        for e in sorted(edges, key=lambda e: (e.seed, -e.strength, e.neighbour)):
+            if e.neighbour in nodes:
+                continue
+            parent = nodes[e.seed]
+            cand = GraphNode(e.neighbour, hop, parent.edge_strength * strength_factor(e.strength), e.last_seen_at, False)
+            best = nxt.get(e.neighbour)
+            if best is None or cand.edge_strength > best.edge_strength:
+                nxt[e.neighbour] = cand
+        nodes.update(nxt)
+        frontier = sorted(nxt)
+    return nodes
+
+
+def linked_facts(
+    conn: Any,
+    agent_id: str,
+    keys: list[str],
+    per_entity: int,
+    cfg: RetrieveConfig,
+    as_of: datetime | None,
+    order: str = "recent",
+) -> list[tuple[str, str]]:
+    """(entity_key, fact_id) for facts that *mention* each entity through the fact↔entity
+    link table (not only the primary subject); falls back to ``entity_key`` matching when
+    the agent has no links at all (memories projected before links existed)."""
+    if not keys or per_entity <= 0:
+        return []
+    order_sql = (
+        "f.valid_from DESC, f.fact_id"
+        if order == "recent"
+        else "f.importance DESC, f.reinforcement_count DESC, f.valid_from DESC, f.fact_id"
+    )
+    has_links = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM mem_fact_entities WHERE agent_id = %s)", (agent_id,)
+    ).fetchone()[0]
+    if has_links:
+        inner = f"""
+            SELECT f.fact_id, f.valid_from, f.importance, f.reinforcement_count
+              FROM mem_fact_entities fe
+              JOIN mem_facts f ON f.agent_id = fe.agent_id AND f.fact_id = fe.fact_id
+             WHERE fe.agent_id = %(a)s AND fe.entity_key = k.key AND {fact_visibility(as_of)}
+               AND f.confidence >= %(minc)s
+             ORDER BY {order_sql} LIMIT %(n)s"""
+    else:
+        inner = f"""
+            SELECT f.fact_id, f.valid_from, f.importance, f.reinforcement_count
+              FROM mem_facts f
+             WHERE f.agent_id = %(a)s AND f.entity_key = k.key AND {fact_visibility(as_of)}
+               AND f.confidence >= %(minc)s
+             ORDER BY {order_sql} LIMIT %(n)s"""
+    rows = conn.execute(
+        f"SELECT k.key, x.fact_id FROM unnest(%(k)s::text[]) AS k(key) CROSS JOIN LATERAL ({inner}) x",
+        {"a": agent_id, "k": keys, "t": as_of, "minc": cfg.min_confidence, "n": per_entity},
+    ).fetchall()
+    return [(r[0], r[1]) for r in rows]
+
+
+def graph_facts(
+    conn: Any,
+    agent_id: str,
+    seeds: dict[str, bool],
+    first_edges: list[Edge],
+    cfg: RetrieveConfig,
+    as_of: datetime | None,
+    anchor: datetime,
+    broad: bool,
+) -> tuple[list[GraphHit], dict[str, GraphNode]]:
+    if not seeds:
+        return [], {}
+    nodes = bfs(conn, agent_id, seeds, first_edges, cfg.graph_hops, as_of, cfg.graph_neighbours_per_entity)
+    per_entity = cfg.graph_facts_per_entity * (cfg.broad_query_multiplier if broad else 1)
+    best: dict[str, GraphHit] = {}
+    for key, fact_id in linked_facts(conn, agent_id, sorted(nodes), per_entity, cfg, as_of):
+        node = nodes[key]
+        edge_recency = 1.0 if node.hop == 0 else floored_decay(anchor, node.edge_seen, cfg.recency_half_life_days)
+        bonus = cfg.graph_query_bonus if node.in_query else 1.0
+        structural = node.edge_strength * edge_recency * bonus * cfg.hop_decay(node.hop)
+        hit = GraphHit(fact_id, node, structural)
+        cur = best.get(fact_id)
+        if cur is None or (hit.structural, -hit.node.hop) > (cur.structural, -cur.node.hop):
+            best[fact_id] = hit
+    return sorted(best.values(), key=lambda h: (-h.structural, h.fact_id)), nodes
+
+
+def decay(anchor: datetime, when: datetime | None, half_life_days: float) -> float:
+    """exp decay 0.5^(age/half_life); future or unknown times count as age 0."""
+    if when is None:
+        return 1.0
+    age_days = max(0.0, (anchor - when).total_seconds() / 86400.0)
+    return float(0.5 ** (age_days / half_life_days))
+
+
+def floored_decay(anchor: datetime, when: datetime | None, half_life_days: float) -> float:
+    """Recency as a *factor* inside the graph score: 0.5 + 0.5·decay, so an old fact about
+    the entity the user names is still found (recency is ranked separately anyway)."""
+    return 0.5 + 0.5 * decay(anchor, when, half_life_days)
+
+
+# ----- messages ("Relevant conversations") ---------------------------------------------
+
+
+def message_candidates(
+    conn: Any,
+    agent_id: str,
+    qvec: str | None,
+    words: list[str],
+    cfg: RetrieveConfig,
+    floor: float,
+    as_of: datetime | None,
+) -> dict[str, dict[str, float]]:
+    """message_id -> {"semantic": cosine, "keyword": fraction} for the raw conversation log."""
+    out: dict[str, dict[str, float]] = {}
+    limit = max(cfg.candidate_pool, cfg.topk_events * 4)
+    if qvec is not None:
+        _set_hnsw(conn, max(cfg.hnsw_ef_search, limit))
+        rows = conn.execute(
+            f"""
+            WITH nn AS MATERIALIZED (
+                SELECT m.message_id, m.embedding <=> %(q)s::vector AS d
+                  FROM mem_messages m
+                 WHERE m.agent_id = %(a)s AND {message_visibility(as_of)} AND m.embedding IS NOT NULL
+                 ORDER BY m.embedding <=> %(q)s::vector
+                 LIMIT %(n)s
+            )
+            SELECT message_id, 1 - d FROM nn WHERE d <= %(maxd)s ORDER BY d, message_id
+            """,
+            {"q": qvec, "a": agent_id, "t": as_of, "n": limit, "maxd": 1.0 - similarity_threshold(cfg, floor)},
+        ).fetchall()
+        for mid, sim in rows:
+            out.setdefault(mid, {})["cosine"] = float(sim)
+    if words:
+        patterns = [f"%{escape_like(w)}%" for w in words]
+        rows = conn.execute(
+            f"""
+            SELECT m.message_id,
+                   (SELECT count(*) FROM unnest(%(p)s::text[]) AS p WHERE m.text ILIKE p)::float8 / %(k)s AS s
+              FROM mem_messages m
+             WHERE m.agent_id = %(a)s AND {message_visibility(as_of)} AND m.text ILIKE ANY(%(p)s::text[])
+             ORDER BY s DESC, m.occurred_at DESC, m.message_id
+             LIMIT %(n)s
+            """,
+            {"p": patterns, "k": len(words), "a": agent_id, "t": as_of, "n": limit},
+        ).fetchall()
+        for mid, s in rows:
+            out.setdefault(mid, {})["keyword"] = float(s)
+    return out
+
+
+def hydrate_messages(
+    conn: Any, agent_id: str, ids: list[str], qvec: str | None
+) -> list[tuple[Any, ...]]:
+    """(message_id, text, occurred_at, speaker, session_id, cosine|None) for ``ids``."""
+    if not ids:
+        return []
+    return conn.execute(
+        """
+        SELECT m.message_id, m.text, m.occurred_at, m.speaker, m.session_id,
+               CASE WHEN m.embedding IS NULL OR %(q)s::vector IS NULL THEN NULL
+                    ELSE 1 - (m.embedding <=> %(q)s::vector) END
+          FROM mem_messages m
+         WHERE m.agent_id = %(a)s AND m.message_id = ANY(%(ids)s)
+        """,
+        {"a": agent_id, "ids": ids, "q": qvec},
+    ).fetchall()
+
+
+@dataclass(frozen=True)
+class FactRow:
+    fact_id: str
+    entity_key: str
+    entity_name: str
+    fact_text: str
+    confidence: float
+    importance: float
+    reinforcement_count: int
+    valid_from: datetime
+    source_message_ids: list[str]
+    cosine: float | None
+
+
+def hydrate_facts(conn: Any, agent_id: str, ids: list[str], qvec: str | None) -> dict[str, FactRow]:
+    """Rows for candidate ids, with their cosine to the query computed in SQL (so facts found
+    by keyword/graph/spreading get a semantic score too, without shipping vectors)."""
+    if not ids:
+        return {}
+    rows = conn.execute(
+        """
+        SELECT f.fact_id, f.entity_key, coalesce(e.display_name, f.entity_key), f.fact_text,
+               f.confidence, f.importance, f.reinforcement_count, f.valid_from,
+               f.source_message_id, f.source_message_ids,
+               CASE WHEN f.embedding IS NULL OR %(q)s::vector IS NULL THEN NULL
+                    ELSE 1 - (f.embedding <=> %(q)s::vector) END
+          FROM mem_facts f
+          LEFT JOIN mem_entities e ON e.agent_id = f.agent_id AND e.entity_key = f.entity_key
+         WHERE f.agent_id = %(a)s AND f.fact_id = ANY(%(ids)s)
+        """,
+        {"a": agent_id, "ids": ids, "q": qvec},
+    ).fetchall()
+    out: dict[str, FactRow] = {}
+    for fid, ekey, ename, text, conf, imp, rc, vfrom, src, srcs, cos in rows:
+        sources = list(srcs or [])
+        if src and src not in sources:
+            sources.insert(0, src)
+        out[fid] = FactRow(fid, ekey, ename, text, float(conf), float(imp), int(rc), vfrom, sources,
+                           None if cos is None else float(cos))
+    return out
+
+
+def patterns_for(
+    conn: Any, agent_id: str, fact_ids: list[str], words: list[str], limit: int, as_of: datetime | None
+) -> list[tuple[str, str, float, list[str], int]]:
+    """Meta-observations supported by the returned facts or matching the keywords:
+    (pattern_id, text, confidence, supporting_fact_ids, overlap)."""
+    if limit <= 0 or (not fact_ids and not words):
+        return []
+    patterns = [f"%{escape_like(w)}%" for w in words] or ["\x01never"]
+    rows = conn.execute(
+        """
+        SELECT p.pattern_id, p.pattern_text, p.confidence, p.supporting_fact_ids,
+               cardinality(ARRAY(SELECT unnest(p.supporting_fact_ids) INTERSECT SELECT unnest(%(ids)s::text[]))) AS overlap
+          FROM mem_patterns p
+         WHERE p.agent_id = %(a)s
+           AND (%(t)s::timestamptz IS NULL OR p.recorded_at <= %(t)s::timestamptz)
+           AND (p.supporting_fact_ids && %(ids)s::text[] OR p.pattern_text ILIKE ANY(%(p)s::text[]))
+         ORDER BY overlap DESC, p.confidence DESC, p.pattern_id
+         LIMIT %(n)s
+        """,
+        {"a": agent_id, "ids": fact_ids, "p": patterns, "t": as_of, "n": limit},
+    ).fetchall()
+    return [(r[0], r[1], float(r[2]), list(r[3] or []), int(r[4])) for r in rows]

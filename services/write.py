@@ -1,0 +1,334 @@
+"""The write pipeline (SPEC §2): record → pre-retrieval → extraction → resolution →
+reconciliation → one atomic commit.
+
+Why it is shaped like this (ADR-0004):
+- **Record first, in its own save.** The ``MessageRecord`` (id derived from agent + message
+  id) is saved before any LLM call, so the message is never lost whatever fails later, and a
+  redelivery collides on version 1. A record that exists but is not ``processed`` (a crash
+  between the two saves) is resumed, not skipped.
+- **One atomic commit of the decisions** together with ``record.complete(...)`` (extractor
+  info, extraction, raw LLM output, error, LLM calls, decision counts): either the message is
+  processed with all its decisions, or not at all.
+- **Conflicts re-decide, they do not re-extract.** Another process may have saved events
+  for the same agent meanwhile (optimistic concurrency on the aggregate). Then the cached
+  aggregate is dropped, fresh state is loaded and resolution + reconciliation run again on
+  the *same* extraction: no second extraction call, and LLM resolution answers are memoised.
+  If the other writer processed this very message, the result is a duplicate.
+- **One writer per agent per process.** The application's aggregate cache hands out the
+  shared object (no deepcopy, see ``services/app.py``), so writes to one agent are
+  serialised by a per-agent lock; different agents proceed in parallel.
+- **Fail-safe.** Extractor errors give an empty extraction (the message stays recorded,
+  the error is recorded); reconciliation errors fall back to plain ADDs. Only storage
+  failures (database down) raise, so a caller such as the NATS ingest can retry.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from eventsourcing.persistence import RecordConflictError
+from pydantic import BaseModel, Field
+
+from domain.aggregate import AgentMemory, MessageRecord
+from domain.decisions import DecisionReport, MessageContext, apply_extraction
+from domain.extraction import Extraction, ExtractionInput, ExtractorInfo
+from domain.keys import agent_aggregate_id, message_record_id
+from domain.ports import LLMProvider
+from services.app import MemoryApplication
+from services.entity_resolution import EntityResolver, ResolutionMemo
+from services.messages import ConversationMessage
+from services.pre_retrieval import PreRetrieval, aggregate_context
+
+log = logging.getLogger(__name__)
+
+#: The pipeline accepts exactly what the bus accepts (same validation, same limits).
+WriteRequest = ConversationMessage
+
+
+class WriteConfig(BaseModel):
+    informed_extraction_topk: int = 10
+    context_token_budget: int = 800
+    max_facts_per_event: int = 100
+    enable_llm_resolution: bool = True
+    resolution_timeout_sec: float = 10.0
+    fuzzy_threshold: float = 0.85
+    ambiguous_floor: float = 0.50
+    max_conflict_retries: int = 8
+    conflict_backoff_sec: float = 0.005
+
+
+class DecisionOut(BaseModel):
+    kind: str
+    fact_id: str | None = None
+    target_fact_id: str | None = None
+    entity_key: str | None = None
+    text: str | None = None
+
+
+class RejectedOut(BaseModel):
+    reason: str
+    text: str | None = None
+
+
+class WriteResult(BaseModel):
+    agent_id: str
+    message_id: str
+    position: int = Field(description="notification id to wait for (read-your-writes)")
+    duplicate: bool = False
+    decisions: list[DecisionOut] = Field(default_factory=list)
+    rejected: list[RejectedOut] = Field(default_factory=list)
+    duration_ms: float = 0.0
+    llm_calls: int = 0
+    extraction_error: str | None = None
+    resumed: bool = False
+    conflicts: int = 0
+
+
+class _Duplicate(Exception):
+    """The message record is already processed (by us earlier, or by another worker)."""
+
+
+class WritePipeline:
+    def __init__(
+        self,
+        app: MemoryApplication,
+        extractor: Any,
+        pre_retrieval: PreRetrieval | None = None,
+        resolver_llm: LLMProvider | None = None,
+        config: WriteConfig | None = None,
+        *,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.app = app
+        self.extractor = extractor
+        self.pre_retrieval = pre_retrieval
+        self.config = config or WriteConfig()
+        self.resolver = EntityResolver(
+            resolver_llm,
+            enable_llm=self.config.enable_llm_resolution,
+            timeout_sec=self.config.resolution_timeout_sec,
+            fuzzy_threshold=self.config.fuzzy_threshold,
+            ambiguous_floor=self.config.ambiguous_floor,
+        )
+        self._clock = clock
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+
+    # ----- public ----------------------------------------------------------------------------
+
+    def write(self, request: WriteRequest | dict[str, Any]) -> WriteResult:
+        """Process one message; idempotent on (agent_id, message_id). Raises only on storage failure."""
+        if not isinstance(request, ConversationMessage):
+            request = ConversationMessage.model_validate(request)
+        started = self._clock()
+        with self._agent_lock(request.agent_id):
+            result = self._write_locked(request)
+        result.duration_ms = (self._clock() - started) * 1000.0
+        return result
+
+    def agent_lock(self, agent_id: str) -> threading.Lock:
+        return self._agent_lock(agent_id)
+
+    # ----- stages ------------------------------------------------------------------------------
+
+    def _agent_lock(self, agent_id: str) -> threading.Lock:
+        with self._locks_guard:
+            lock = self._locks.get(agent_id)
+            if lock is None:
+                lock = self._locks[agent_id] = threading.Lock()
+            return lock
+
+    def _duplicate_result(self, request: ConversationMessage) -> WriteResult:
+        # The original decisions are at or before the current end of the log.
+        position = self.app.recorder.max_notification_id() or 0
+        return WriteResult(
+            agent_id=request.agent_id, message_id=request.message_id, position=position, duplicate=True
+        )
+
+    def _record(self, request: ConversationMessage) -> tuple[MessageRecord, bool]:
+        """Stage 1: save the ``Recorded`` event. Returns (record, resumed); raises _Duplicate."""
+        record = MessageRecord(
+            agent_id=request.agent_id,
+            message_id=request.message_id,
+            session_id=request.session_id,
+            speaker=request.speaker,
+            text=request.text,
+            occurred_at=request.occurred_at,
+            metadata=dict(request.metadata),
+        )
+        try:
+            self.app.save(record)
+            return record, False
+        except RecordConflictError:
+            self.app.forget_cached(record.id)
+        existing = self.app.message_record(request.agent_id, request.message_id)
+        if existing is None:  # pragma: no cover — the conflict says it exists
+            raise RuntimeError("message record conflicted but cannot be loaded")
+        if existing.processed:
+            raise _Duplicate
+        return existing, True
+
+    def _extraction_input(self, record: MessageRecord, memory: AgentMemory) -> ExtractionInput:
+        """Stage 2: alias lookup + pre-retrieval (projections, else the aggregate)."""
+        context = None
+        if self.pre_retrieval is not None:
+            context = self.pre_retrieval.context(record.agent_id, record.text, record.speaker, memory)
+        if context is None:
+            context = aggregate_context(memory, record.text, record.speaker)
+        return ExtractionInput(
+            agent_id=record.agent_id,
+            message_id=record.message_id,
+            session_id=record.session_id,
+            speaker=record.speaker,
+            text=record.text,
+            occurred_at=record.occurred_at,
+            known_entities=context.entities,
+            known_facts=context.facts[: self.config.informed_extraction_topk],
+            max_facts=self.config.max_facts_per_event,
+        )
+
+    def _extract(self, request: ExtractionInput) -> tuple[Extraction, str | None, str | None, int, ExtractorInfo]:
+        """Stage 3: the extractor never crashes the pipeline (errors → empty extraction)."""
+        info = getattr(self.extractor, "info", None)
+        if not isinstance(info, ExtractorInfo):
+            info = ExtractorInfo(extractor=type(self.extractor).__name__)
+        try:
+            outcome = self.extractor.extract(request)
+        except Exception as exc:  # noqa: BLE001 — fail-safe
+            return Extraction(), f"extractor raised {type(exc).__name__}: {exc}", None, 0, info
+        extraction = outcome.extraction if isinstance(outcome.extraction, Extraction) else Extraction()
+        return extraction, outcome.error, outcome.raw_output, int(outcome.llm_calls or 0), info
+
+    def _write_locked(self, request: ConversationMessage) -> WriteResult:
+        try:
+            record, resumed = self._record(request)
+        except _Duplicate:
+            return self._duplicate_result(request)
+
+        memory = self.app.agent_memory(request.agent_id)
+        extraction_input = self._extraction_input(record, memory)
+        extraction, error, raw_output, llm_calls, info = self._extract(extraction_input)
+        ctx = MessageContext(
+            agent_id=record.agent_id,
+            message_id=record.message_id,
+            speaker=record.speaker,
+            occurred_at=record.occurred_at,
+            decided_by=info.model_dump(),
+        )
+        memo = ResolutionMemo()
+        agent_uuid = agent_aggregate_id(record.agent_id)
+        record_uuid = message_record_id(record.agent_id, record.message_id)
+        conflicts = 0
+        while True:
+            if conflicts:
+                memory = self.app.agent_memory(request.agent_id)
+            memory, report, notes = self._decide(memory, extraction, record, ctx, memo)
+            all_errors = "; ".join(e for e in [error, *notes] if e) or None
+            record.complete(
+                extractor=info.model_dump(),
+                extraction=extraction.model_dump(mode="json"),
+                raw_output=raw_output,
+                error=all_errors,
+                llm_calls=llm_calls + memo.llm_calls,
+                decisions=report.counts(),
+            )
+            try:
+                recordings = self.app.save(memory, record)
+                break
+            except RecordConflictError:
+                self.app.forget_cached(agent_uuid, record_uuid)
+                conflicts += 1
+                fresh = self.app.message_record(record.agent_id, record.message_id)
+                if fresh is None or fresh.processed:
+                    return self._duplicate_result(request)
+                if conflicts > self.config.max_conflict_retries:
+                    raise
+                record = fresh
+                time.sleep(self.config.conflict_backoff_sec * conflicts)
+            except BaseException:
+                # Storage failure: the cached aggregates are ahead of the log now.
+                self.app.forget_cached(agent_uuid, record_uuid)
+                raise
+        position = recordings[-1].notification.id if recordings else 0
+        return _result(request, position, report, llm_calls + memo.llm_calls, error, resumed, conflicts)
+
+    def _decide(
+        self,
+        memory: AgentMemory,
+        extraction: Extraction,
+        record: MessageRecord,
+        ctx: MessageContext,
+        memo: ResolutionMemo,
+    ) -> tuple[AgentMemory, DecisionReport, list[str]]:
+        """Stages 4–5 on ``memory``; an unexpected reconciliation error falls back to ADDs.
+
+        Returns the aggregate to save: after a failed attempt the cached object may hold
+        half-applied events, so the fallback runs on a freshly loaded one.
+        """
+        notes: list[str] = []
+        try:
+            outcome = self.resolver.resolve_all(memory, extraction, record.speaker, record.text, memo)
+            notes.extend(outcome.errors)
+            report = apply_extraction(
+                memory, extraction, outcome.resolutions, ctx, self.config.max_facts_per_event
+            )
+            return memory, report, notes
+        except Exception as exc:  # noqa: BLE001 — SPEC fail-safe: reconciliation error → ADD
+            log.exception("reconciliation failed for %s/%s", record.agent_id, record.message_id)
+            notes.append(f"reconciliation failed ({type(exc).__name__}: {exc}); facts added as NEW")
+        agent_uuid = agent_aggregate_id(record.agent_id)
+        self.app.forget_cached(agent_uuid)
+        memory = self.app.agent_memory(record.agent_id)
+        plain = _as_plain_adds(extraction)
+        try:
+            outcome = self.resolver.resolve_all(memory, plain, record.speaker, record.text, memo)
+            report = apply_extraction(memory, plain, outcome.resolutions, ctx, self.config.max_facts_per_event)
+            return memory, report, notes
+        except Exception as exc:  # noqa: BLE001 — last resort: the message stays recorded
+            notes.append(f"plain ADD fallback failed ({type(exc).__name__}: {exc}); no decisions")
+            self.app.forget_cached(agent_uuid)
+            return self.app.agent_memory(record.agent_id), DecisionReport(), notes
+
+
+def _as_plain_adds(extraction: Extraction) -> Extraction:
+    facts = [
+        f.model_copy(update={"action": "NEW", "target_fact_id": None})
+        for f in extraction.facts
+        if f.action != "RETRACT"
+    ]
+    return Extraction(facts=facts, entities=extraction.entities, relationships=[])
+
+
+def _result(
+    request: ConversationMessage,
+    position: int,
+    report: DecisionReport,
+    llm_calls: int,
+    error: str | None,
+    resumed: bool,
+    conflicts: int,
+) -> WriteResult:
+    decisions = [
+        DecisionOut(
+            kind=d.kind, fact_id=d.fact_id, target_fact_id=d.target_fact_id, entity_key=d.entity_key, text=d.text
+        )
+        for d in report.decisions
+        if d.kind != "REJECTED"
+    ]
+    rejected = [RejectedOut(reason=d.reason or "", text=d.text) for d in report.rejected]
+    return WriteResult(
+        agent_id=request.agent_id,
+        message_id=request.message_id,
+        position=position,
+        decisions=decisions,
+        rejected=rejected,
+        llm_calls=llm_calls,
+        extraction_error=error,
+        resumed=resumed,
+        conflicts=conflicts,
+    )
+

@@ -1,0 +1,86 @@
+"""docker-compose.yml and Settings must agree: services it names exist, ENGRAMDB_* it sets are
+Settings fields, and each engramdb role runs the matching ``serve --role``."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from infra.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+ROLES = ("ingest", "retrieve", "projector")
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    data = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def _env(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):  # "KEY=value" form
+        env = dict(item.split("=", 1) for item in env)
+    return {str(k): str(v) for k, v in env.items()}
+
+
+def test_expected_services_exist(compose: dict[str, Any]) -> None:
+    assert {"postgres", "nats", *ROLES} <= set(compose["services"])
+
+
+def test_referenced_services_exist(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    for name, svc in services.items():
+        depends = svc.get("depends_on") or []
+        for dep in depends if isinstance(depends, list) else list(depends):
+            assert dep in services, f"{name} depends on unknown service {dep}"
+        for link in svc.get("links") or []:
+            assert link.split(":")[0] in services
+
+
+def test_engramdb_variables_are_settings_fields(compose: dict[str, Any]) -> None:
+    fields = {f"ENGRAMDB_{name.upper()}" for name in Settings.model_fields}
+    seen: set[str] = set()
+    for svc in compose["services"].values():
+        for key in _env(svc):
+            if key.startswith("ENGRAMDB_"):
+                assert key in fields, f"{key} is not a Settings field"
+                seen.add(key)
+    assert {"ENGRAMDB_DATABASE_URL", "ENGRAMDB_NATS_URL"} <= seen
+
+
+def test_roles_run_serve_against_external_servers(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    for role in ROLES:
+        svc = services[role]
+        command = svc["command"]
+        command = command if isinstance(command, list) else command.split()
+        assert command[-3:] == ["serve", "--role", role]
+        assert "build" in svc
+        env = _env(svc)
+        assert env["ENGRAMDB_DATABASE_URL"].startswith("postgresql://")
+        host = re.match(r"postgresql://[^@]+@([^:/]+)", env["ENGRAMDB_DATABASE_URL"])
+        assert host and host.group(1) in services
+        assert env["ENGRAMDB_NATS_URL"].removeprefix("nats://").split(":")[0] in services
+        values = {k[9:].lower(): v for k, v in env.items() if k.startswith("ENGRAMDB_")}
+        Settings.model_validate(values)  # the values parse as well
+
+
+def test_brokers_have_vector_and_jetstream(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    tag = services["postgres"]["image"].split(":")[1]
+    version = re.match(r"(\d+)\.(\d+)", tag)
+    assert services["postgres"]["image"].startswith("pgvector/pgvector:")
+    assert version and (int(version.group(1)), int(version.group(2))) >= (0, 8)
+    assert "-js" in services["nats"]["command"]
+
+
+def test_dockerfile_installs_the_package() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    assert "FROM python:3.11-slim" in text and "pip install ." in text

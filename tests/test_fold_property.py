@@ -1,0 +1,160 @@
+"""Property: for any sequence of decisions, the projected ``mem_facts`` equals the pure fold
+(``domain.fold``) of the same events read back from the log.
+
+A hypothesis state machine drives two agents' aggregates with random decisions (register,
+alias, merge, add, update, confirm, retract, relate, reject), with conversation times that
+may go backwards (backfilled messages), saves them, and compares after waiting for the
+projection. Embedder: ``HashEmbedder`` (deterministic test double).
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
+from psycopg.rows import dict_row
+
+from domain.errors import DecisionRejected
+from domain.fold import FactRow, fold_facts
+from infra.providers.scripted import HashEmbedder
+from projections.runner import ProjectionSet
+from services.app import MemoryApplication
+
+T0 = datetime(2023, 1, 1, tzinfo=UTC)
+NAMES = ["ana", "bo", "cy", "di"]
+TEXTS = ["likes tea", "lives in Rome", "has a cat", "works at Vertix", "likes tea!"]
+COLUMNS = [f for f in FactRow.__dataclass_fields__]
+
+
+def f32(x: float) -> float:
+    return float(struct.unpack("f", struct.pack("f", x))[0])
+
+
+def test_projection_equals_pure_fold(pg_url: str, fresh_schema: Any) -> None:
+    schema, env = fresh_schema("prop")
+    app = MemoryApplication(env)
+    projections = ProjectionSet.start(MemoryApplication, env, HashEmbedder())
+
+    def table_rows(agent: str) -> dict[str, dict[str, Any]]:
+        with psycopg.connect(pg_url, row_factory=dict_row) as conn:
+            conn.execute(f'SET search_path TO "{schema}", public')
+            rows = conn.execute(
+                f"SELECT {', '.join(COLUMNS)} FROM mem_facts WHERE agent_id = %s", (agent,)
+            ).fetchall()
+        return {r["fact_id"]: r for r in rows}
+
+    class Decisions(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            run = uuid.uuid4().hex[:8]
+            self.agents = [f"p-{run}-a", f"p-{run}-b"]
+            self.position = 0
+            self.clock = 0
+            self.counter = 0
+
+        def _save(self, agent: str, command: Any) -> None:
+            mem = app.agent_memory(agent)
+            self.clock += 1
+            try:
+                command(mem)
+            except DecisionRejected as exc:
+                mem.reject(f"m{self.clock}", {"text": "x"}, exc.reason)
+            if mem.pending_events if hasattr(mem, "pending_events") else True:
+                self.position = app.save(mem)[-1].notification.id
+
+        def at(self, skew: int) -> datetime:
+            return T0 + timedelta(hours=self.clock + skew)
+
+        @rule(a=st.integers(0, 1), name=st.sampled_from(NAMES))
+        def register(self, a: int, name: str) -> None:
+            self._save(self.agents[a], lambda m: m.register_entity(
+                f"person:{name}", name.title(), "person", f"m{self.clock}", {"by": "h"}))
+
+        @rule(a=st.integers(0, 1), name=st.sampled_from(NAMES), alias=st.sampled_from(["X", "Yy"]))
+        def alias(self, a: int, name: str, alias: str) -> None:
+            self._save(self.agents[a], lambda m: m.add_alias(f"person:{name}", alias, "m"))
+
+        @rule(a=st.integers(0, 1), x=st.sampled_from(NAMES), y=st.sampled_from(NAMES))
+        def merge(self, a: int, x: str, y: str) -> None:
+            self._save(self.agents[a], lambda m: m.merge_entities(
+                f"person:{x}", f"person:{y}", "m", "same"))
+
+        @rule(a=st.integers(0, 1), x=st.sampled_from(NAMES), y=st.sampled_from(NAMES))
+        def relate(self, a: int, x: str, y: str) -> None:
+            self._save(self.agents[a], lambda m: m.observe_relationship(
+                f"person:{x}", f"person:{y}", "knows", "m", self.at(0)))
+
+        def _fact(self, mem: Any, name: str, text: str, skew: int, linked: list[str]) -> dict[str, Any]:
+            self.counter += 1
+            return {
+                "fact_id": f"f{self.counter}", "entity_key": mem.canonical_entity(f"person:{name}"),
+                "linked_entities": [mem.canonical_entity(f"person:{k}") for k in linked],
+                "attribute_key": None, "text": f"{name} {text}", "category": "general",
+                "confidence": 0.6, "importance": 0.5, "source_message_id": f"m{self.clock}",
+                "speaker": None, "valid_from": self.at(skew), "decided_by": {"by": "h"},
+            }
+
+        @rule(a=st.integers(0, 1), name=st.sampled_from(NAMES), text=st.sampled_from(TEXTS),
+              skew=st.integers(-30, 5), linked=st.lists(st.sampled_from(NAMES), max_size=2))
+        def add(self, a: int, name: str, text: str, skew: int, linked: list[str]) -> None:
+            self._save(self.agents[a], lambda m: m.add_fact(self._fact(m, name, text, skew, linked)))
+
+        def _target(self, mem: Any, pick: int) -> str:
+            active = sorted(mem.active_facts)
+            if not active:
+                raise DecisionRejected("no active fact")
+            return active[pick % len(active)]
+
+        @rule(a=st.integers(0, 1), pick=st.integers(0, 50), text=st.sampled_from(TEXTS),
+              skew=st.integers(-30, 5))
+        def update(self, a: int, pick: int, text: str, skew: int) -> None:
+            def command(m: Any) -> None:
+                target = self._target(m, pick)
+                name = m.active_facts[target][0].split(":")[1]
+                m.update_fact(target, self._fact(m, name, text, skew, []))
+            self._save(self.agents[a], command)
+
+        @rule(a=st.integers(0, 1), pick=st.integers(0, 50), skew=st.integers(-30, 5))
+        def confirm(self, a: int, pick: int, skew: int) -> None:
+            self._save(self.agents[a], lambda m: m.confirm_fact(
+                self._target(m, pick), f"m{self.clock % 4}", self.at(skew)))
+
+        @rule(a=st.integers(0, 1), pick=st.integers(0, 50))
+        def retract(self, a: int, pick: int) -> None:
+            self._save(self.agents[a], lambda m: m.retract_fact(
+                self._target(m, pick), "m", self.at(0), "no", {"by": "h"}))
+
+        @precondition(lambda self: self.position > 0)
+        @rule()
+        def check(self) -> None:
+            projections.wait(self.position, timeout=20)
+            for agent in self.agents:
+                expected = fold_facts(app.agent_events(agent))
+                actual = table_rows(agent)
+                assert set(actual) == set(expected)
+                for fid, row in expected.items():
+                    want = dict(vars(row))
+                    want["confidence"], want["importance"] = f32(row.confidence), f32(row.importance)
+                    assert actual[fid] == want, fid
+
+        def teardown(self) -> None:
+            if self.position:
+                self.check()
+
+    try:
+        run_state_machine_as_test(
+            Decisions,
+            settings=settings(
+                max_examples=20, stateful_step_count=25, deadline=None, database=None,
+                suppress_health_check=list(HealthCheck),
+            ),
+        )
+    finally:
+        projections.stop()
+        app.close()

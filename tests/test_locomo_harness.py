@@ -1,0 +1,359 @@
+"""The LoCoMo benchmark harness: data repair, scoring math, baselines, playback extractor.
+
+All unit tests build their own tiny LoCoMo-format conversation (LoCoMo itself is
+CC BY-NC and must not be copied into the repo). The smoke runs read the shared dev file at
+run time and are skipped when it is absent. The only fake is ``HashEmbedder`` (a
+deterministic bag-of-words embedder implementing the Protocol, honest about being one).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.locomo import (
+    DEFAULT_DATA,
+    MemoEmbedder,
+    ScoredUnit,
+    aggregate,
+    all_at_k,
+    main,
+    merge_units,
+    percentile,
+    recall_at_k,
+    score_units,
+)
+from bench.locomo_baselines import BM25Index, DenseIndex, rank_by_scores, rrf
+from bench.locomo_data import (
+    normalize_evidence_id,
+    parse_conversation,
+    parse_session_datetime,
+    repair_evidence,
+    subset,
+)
+from bench.locomo_observations import ObservationExtractor
+from domain.extraction import ConfidenceLevel, ExtractionInput
+from infra.providers.scripted import HashEmbedder
+
+
+def synthetic_sample() -> dict[str, Any]:
+    """A made-up two-session conversation in LoCoMo's JSON shape, with its quirks."""
+    return {
+        "sample_id": "syn-1",
+        "conversation": {
+            "speaker_a": "Ada",
+            "speaker_b": "Bo",
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": [
+                {"speaker": "Ada", "dia_id": "D1:1", "text": "I adopted a grey cat named Pixel."},
+                {"speaker": "Bo", "dia_id": "D1:2", "text": "Lovely! I bought a kayak last week."},
+                {
+                    "speaker": "Ada",
+                    "dia_id": "D1:3",
+                    "text": "Look at this.",
+                    "blip_caption": "a photo of a cat on a sofa",
+                },
+            ],
+            "session_2_date_time": "12:06 am on 11 November, 2023",
+            "session_2": [
+                {"speaker": "Bo", "dia_id": "D2:1", "text": "The kayak trip on the lake was cold."},
+                {"speaker": "Ada", "dia_id": "D2:2", "text": "Pixel learned to open doors."},
+            ],
+            "session_3_date_time": "9:00 am on 1 December, 2023",  # a date with no session
+        },
+        "observation": {
+            "session_1_observation": {
+                "Ada": [["Ada has a grey cat named Pixel.", "D1:1"]],
+                "Bo": [["Bo bought a kayak.", ["D1:2", "D2:1"]]],
+            },
+            "session_2_observation": {"Ada": [["Ada's cat Pixel can open doors.", "D2:2"]]},
+        },
+        "qa": [
+            {
+                "question": "What is Ada's cat called?",
+                "answer": "Pixel",
+                "evidence": ["D1:1"],
+                "category": 4,
+            },
+            {
+                "question": "Where did Bo kayak?",
+                "answer": "a lake",
+                "evidence": ["D1:2; D2:1"],
+                "category": 1,
+            },
+            {"question": "When?", "answer": "Nov", "evidence": ["D:2:01", "D"], "category": 2},
+            {
+                "question": "Unanswerable?",
+                "evidence": ["D9:9"],
+                "category": 5,
+                "adversarial_answer": "x",
+            },
+        ],
+    }
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def test_session_dates_parse_to_utc_with_12_hour_clock() -> None:
+    assert parse_session_datetime("1:56 pm on 8 May, 2023") == datetime(
+        2023, 5, 8, 13, 56, tzinfo=UTC
+    )
+    assert parse_session_datetime("12:06 am on 11 November, 2023") == datetime(
+        2023, 11, 11, 0, 6, tzinfo=UTC
+    )
+    assert parse_session_datetime("12:30 pm on 2 Jan, 2024").hour == 12
+    with pytest.raises(ValueError):
+        parse_session_datetime("yesterday")
+
+
+def test_evidence_ids_are_repaired_and_unknown_ids_skipped() -> None:
+    valid = {"D8:6", "D9:17", "D11:26", "D30:5"}
+    assert normalize_evidence_id("D:11:26") == "D11:26"
+    assert normalize_evidence_id("D30:05") == "D30:5"
+    assert normalize_evidence_id("D") is None
+    gold, skipped = repair_evidence(
+        ["D8:6; D9:17", "D:11:26", "D30:05", "D", "D10:19", "D8:6"], valid
+    )
+    assert gold == ("D8:6", "D9:17", "D11:26", "D30:5")
+    assert skipped == ("D", "D10:19")
+
+
+def test_conversation_loads_turns_captions_observations_and_questions() -> None:
+    conv = parse_conversation(synthetic_sample())
+    assert [s.session_id for s in conv.sessions] == ["session_1", "session_2"]
+    turns = {t.dia_id: t for t in conv.turns}
+    assert turns["D1:3"].full_text == "Look at this. [shares a photo of a cat on a sofa]"
+    assert turns["D2:1"].occurred_at == datetime(2023, 11, 11, 0, 6, tzinfo=UTC)
+    assert turns["D1:1"].dated_text.startswith("[1:56 pm on 8 May, 2023] Ada: ")
+    assert [o.dia_ids for o in conv.observations] == [("D1:1",), ("D1:2", "D2:1"), ("D2:2",)]
+    golds = [q.gold for q in conv.questions]
+    assert golds == [("D1:1",), ("D1:2", "D2:1"), ("D2:1",), ()]
+    assert conv.questions[2].skipped_evidence == ("D",) and conv.questions[2].repaired
+    assert conv.questions[3].qid == "syn-1#3"
+
+
+def test_subset_keeps_only_questions_answerable_from_kept_sessions() -> None:
+    conv = parse_conversation(synthetic_sample())
+    small = subset([conv], max_sessions=1)[0]
+    assert len(small.sessions) == 1
+    assert [q.gold for q in small.questions] == [("D1:1",), ()]
+    assert all(o.session_id == "session_1" for o in small.observations)
+    assert len(subset([conv], max_questions=2)[0].questions) == 2
+
+
+# ----------------------------------------------------------------------------- scoring
+
+
+def test_recall_and_all_at_k_count_gold_covered_by_top_k_units() -> None:
+    units = [frozenset({"D1:1"}), frozenset({"D2:1", "D1:2"}), frozenset({"D3:3"})]
+    assert recall_at_k(units, ["D1:2", "D3:3"], 1) == 0.0
+    assert recall_at_k(units, ["D1:2", "D3:3"], 2) == 0.5
+    assert recall_at_k(units, ["D1:2", "D3:3"], 3) == 1.0
+    assert not all_at_k(units, ["D1:2", "D3:3"], 2) and all_at_k(units, ["D1:2", "D3:3"], 3)
+    assert recall_at_k(units, [], 20) == 0.0 and not all_at_k(units, [], 20)
+    row = score_units(units, ["D1:1", "D9:9"])
+    assert row == {"recall@5": 0.5, "recall@10": 0.5, "recall@20": 0.5, "all@20": 0.0}
+
+
+def test_aggregate_pools_categories_one_to_four_and_reports_five_apart() -> None:
+    rows = [
+        {"category": 1, "recall@5": 1.0, "recall@10": 1.0, "recall@20": 1.0, "all@20": 1.0},
+        {"category": 4, "recall@5": 0.0, "recall@10": 0.5, "recall@20": 1.0, "all@20": 1.0},
+        {"category": 4, "recall@5": 0.0, "recall@10": 0.0, "recall@20": 0.0, "all@20": 0.0},
+        {"category": 5, "recall@5": 1.0, "recall@10": 1.0, "recall@20": 1.0, "all@20": 1.0},
+    ]
+    table = aggregate(rows)
+    assert table["single-hop"]["recall@10"] == pytest.approx(25.0)
+    assert table["overall"]["n"] == 3 and table["overall"]["recall@10"] == pytest.approx(50.0)
+    assert table["adversarial"]["n"] == 1 and table["adversarial"]["recall@5"] == 100.0
+    assert math.isnan(table["temporal"]["recall@10"])
+
+
+def test_percentile_is_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 50) == 50.0 and percentile(values, 95) == 95.0
+    assert percentile([7.0], 95) == 7.0 and math.isnan(percentile([], 50))
+
+
+def test_merge_by_score_interleaves_facts_and_events_deterministically() -> None:
+    facts = [
+        ScoredUnit(0.9, frozenset({"a"}), "fact"),
+        ScoredUnit(0.5, frozenset({"b", "c"}), "fact"),
+    ]
+    events = [
+        ScoredUnit(0.7, frozenset({"d"}), "event"),
+        ScoredUnit(0.5, frozenset({"e"}), "event"),
+    ]
+    ids = [sorted(u) for u in merge_units(facts, events, "score")]
+    assert ids == [["a"], ["d"], ["b", "c"], ["e"]]  # tie at 0.5: fact before event
+    assert [sorted(u) for u in merge_units(facts, events[:1], "alternate")] == [
+        ["a"],
+        ["d"],
+        ["b", "c"],
+    ]
+    assert merge_units(facts, events, "events") == [frozenset({"d"}), frozenset({"e"})]
+    with pytest.raises(ValueError):
+        merge_units(facts, events, "nope")
+
+
+# ----------------------------------------------------------------------------- baselines
+
+
+def test_rrf_sums_reciprocal_ranks_with_k_60() -> None:
+    fused = rrf([["a", "b", "c"], ["c", "a", "d"]])
+    # a: 1/61 + 1/62, c: 1/63 + 1/61, b: 1/62, d: 1/63
+    assert fused == ["a", "c", "b", "d"]
+    assert rrf([["x", "y"], ["y", "x"]]) == [
+        "x",
+        "y",
+    ]  # exact tie: best single rank, then first seen
+    assert rrf([["p"], ["q"]], k=0) == ["p", "q"]
+
+
+def test_rank_by_scores_is_stable_on_ties() -> None:
+    import numpy as np
+
+    assert rank_by_scores(["a", "b", "c"], np.array([0.1, 0.5, 0.5])) == ["b", "c", "a"]
+
+
+def test_bm25_and_dense_rank_the_matching_turn_first() -> None:
+    conv = parse_conversation(synthetic_sample())
+    ids = [t.dia_id for t in conv.turns]
+    texts = [t.dated_text for t in conv.turns]
+    assert BM25Index(ids, texts).rank("kayak lake")[0] == "D2:1"
+    assert BM25Index(ids, texts).rank("the of and") == ids  # all stop words: document order
+    embedder = HashEmbedder(384)
+    dense = DenseIndex.build(ids, texts, embedder)
+    assert dense.rank(embedder.embed_query("Pixel learned to open doors"))[0] == "D2:2"
+
+
+class CountingHashEmbedder(HashEmbedder):
+    """The honest hash embedder, counting how many texts reach it."""
+
+    def __init__(self) -> None:
+        super().__init__(384)
+        self.passages = 0
+        self.queries = 0
+
+    def embed(self, texts: Any) -> list[list[float]]:
+        self.passages += len(list(texts))
+        return super().embed(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        self.queries += 1
+        return super().embed_query(text)
+
+
+def test_memo_embedder_encodes_each_text_once_with_the_same_vectors() -> None:
+    inner = CountingHashEmbedder()
+    memo = MemoEmbedder(inner)
+    assert memo.model_id == inner.model_id and memo.dimensions == 384
+    first = memo.embed(["a cat", "a dog", "a cat"])
+    assert memo.embed(["a dog"]) == [first[1]] and first[0] == first[2]
+    assert first == HashEmbedder(384).embed(["a cat", "a dog", "a cat"])
+    assert memo.embed_query("cats?") == memo.embed_query("cats?")
+    assert (inner.passages, inner.queries) == (2, 1)
+
+
+# ----------------------------------------------------------------------------- extractor
+
+
+def _request(message_id: str, agent: str = "agent-syn") -> ExtractionInput:
+    return ExtractionInput(
+        agent_id=agent,
+        message_id=message_id,
+        text="(ignored)",
+        occurred_at=datetime(2023, 5, 8, tzinfo=UTC),
+    )
+
+
+def test_observation_extractor_plays_back_facts_at_their_last_cited_turn() -> None:
+    conv = parse_conversation(synthetic_sample())
+    extractor = ObservationExtractor({"agent-syn": conv.observations})
+    assert extractor.info.extractor == "observations"
+    first = extractor.extract(_request("D1:1"))
+    assert first.error is None and first.llm_calls == 0
+    [fact] = first.extraction.facts
+    assert (fact.text, fact.entity, fact.action) == (
+        "Ada has a grey cat named Pixel.",
+        "Ada",
+        "NEW",
+    )
+    assert fact.confidence_level == ConfidenceLevel.explicit_statement
+    assert fact.source_message_ids == ["D1:1"]
+    assert [e.name for e in first.extraction.entities] == ["Ada"]
+    assert extractor.extract(_request("D1:2")).extraction.facts == []  # cites D2:1 too: not yet
+    [kayak] = extractor.extract(_request("D2:1")).extraction.facts
+    assert kayak.entity == "Bo" and kayak.source_message_ids == ["D1:2", "D2:1"]
+    assert extractor.extract(_request("D1:1", agent="someone-else")).extraction.facts == []
+
+
+# ----------------------------------------------------------------------------- end to end
+
+
+def test_baselines_only_run_writes_table_json_and_chart(tmp_path: Path) -> None:
+    data = tmp_path / "syn.json"
+    data.write_text(json.dumps([synthetic_sample()]), encoding="utf-8")
+    out = tmp_path / "out"
+    code = main(
+        ["--data", str(data), "--out", str(out), "--embedder", "hash-bow-384", "--skip-engramdb"]
+    )
+    assert code == 0
+    report = json.loads((out / "locomo-baselines.json").read_text())
+    assert set(report["systems"]) == {"bm25", "dense", "hybrid-rrf"}
+    assert report["meta"]["questions_scored"] == 3 and report["meta"]["questions_unscorable"] == 1
+    bm25 = report["systems"]["bm25"]["by_category"]
+    assert bm25["overall"]["n"] == 3 and bm25["overall"]["recall@20"] == 100.0  # 5 turns < 20
+    assert "| bm25 |" in (out / "locomo-baselines.md").read_text()
+    assert (out / "locomo-baselines-recall10.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_missing_data_file_is_a_clear_error(tmp_path: Path) -> None:
+    assert main(["--data", str(tmp_path / "nope.json"), "--skip-engramdb"]) == 2
+
+
+needs_data = pytest.mark.skipif(not DEFAULT_DATA.is_file(), reason="shared LoCoMo file absent")
+
+
+@needs_data
+def test_smoke_baselines_on_the_shared_dev_file(tmp_path: Path) -> None:
+    code = main(
+        ["--conversations", "1", "--sessions", "2", "--questions", "5", "--skip-engramdb"]
+        + ["--embedder", "hash-bow-384", "--out", str(tmp_path)]
+    )
+    assert code == 0
+    report = json.loads((tmp_path / "locomo-baselines.json").read_text())
+    assert report["meta"]["conversations"] == 1 and 0 < report["meta"]["questions_scored"] <= 5
+    assert report["systems"]["hybrid-rrf"]["by_category"]["overall"]["recall@20"] > 0
+
+
+def _memory_available() -> bool:
+    try:
+        from services.memory import Memory  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@needs_data
+@pytest.mark.skipif(not _memory_available(), reason="services.memory not there yet")
+def test_smoke_engramdb_observations_on_the_shared_dev_file(
+    tmp_path: Path, pg_url: str, nats_url: str
+) -> None:
+    code = main(
+        ["--conversations", "1", "--sessions", "2", "--questions", "5", "--mode", "observations"]
+        + ["--database-url", pg_url, "--nats-url", nats_url, "--out", str(tmp_path)]
+    )
+    assert code == 0
+    report = json.loads((tmp_path / "locomo-observations.json").read_text())
+    engram = report["systems"]["engramdb"]
+    assert engram["ingest"]["extraction_errors"] == 0
+    assert engram["by_category"]["overall"]["n"] == report["meta"]["questions_overall"] > 0
+    assert engram["by_category"]["overall"]["recall@20"] > 0
+    assert engram["latency_ms"]["p50"] > 0

@@ -1,0 +1,213 @@
+"""Projections against real PostgreSQL: every event kind, exactly-once, waits, model checks.
+
+The embedder is ``HashEmbedder`` (deterministic feature hashing — a test double, not a
+model) wrapped in ``CountingEmbedder`` so embed calls can be asserted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from eventsourcing.persistence import IntegrityError, Tracking
+from psycopg.rows import dict_row
+
+from domain.aggregate import AgentMemory, MessageRecord
+from infra.providers.scripted import HashEmbedder
+from projections.embeddings import CountingEmbedder
+from projections.runner import ProjectionSet, tracking_positions, wait_for_position
+from projections.views import EmbeddingModelMismatch
+from services.app import MemoryApplication
+
+T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
+BY = {"extractor": "test", "model": None, "prompt_version": None}
+
+
+def fact(fid: str, entity: str, text: str, at: datetime, linked: tuple[str, ...] = (),
+         attr: str | None = None, msg: str | None = "m1") -> dict[str, Any]:
+    return {
+        "fact_id": fid, "entity_key": entity, "linked_entities": list(linked),
+        "attribute_key": attr, "text": text, "category": "general", "confidence": 0.95,
+        "importance": 0.5, "source_message_id": msg, "speaker": "Ana", "valid_from": at,
+        "decided_by": BY,
+    }
+
+
+class Env:
+    def __init__(self, url: str, schema: str, env: dict[str, str]) -> None:
+        self.url, self.schema, self.env = url, schema, env
+        self.app = MemoryApplication(env)
+        self.embedder = CountingEmbedder(HashEmbedder())
+        self.projections: ProjectionSet | None = None
+
+    def start(self) -> ProjectionSet:
+        self.projections = ProjectionSet.start(MemoryApplication, self.env, self.embedder)
+        return self.projections
+
+    def save(self, *aggregates: Any) -> int:
+        return self.app.save(*aggregates)[-1].notification.id
+
+    def sync(self, position: int) -> None:
+        assert self.projections is not None
+        self.projections.wait(position, timeout=20)
+
+    def rows(self, query: str, *params: Any) -> list[dict[str, Any]]:
+        with psycopg.connect(self.url, row_factory=dict_row) as conn:
+            conn.execute(f'SET search_path TO "{self.schema}", public')
+            return conn.execute(query, params).fetchall()
+
+
+@pytest.fixture
+def pg(pg_url: str, fresh_schema: Any) -> Iterator[Env]:
+    schema, env = fresh_schema("proj")
+    e = Env(pg_url, schema, env)
+    yield e
+    if e.projections is not None:
+        e.projections.stop()
+    e.app.close()
+
+
+def test_every_event_kind_is_projected(pg: Env, agent_id: str) -> None:
+    pg.start()
+    mem = pg.app.agent_memory(agent_id)
+    record = MessageRecord(agent_id=agent_id, message_id="m1", session_id="s1", speaker="Ana",
+                           text="Ana lives in Lisbon with Rui", occurred_at=T0, metadata={"k": 1})
+    mem.register_entity("person:ana", "Ana", "person", "m1", BY, aliases=["Aninha"])
+    mem.register_entity("person:rui", "Rui", "person", "m1", BY)
+    mem.register_entity("person:ruizinho", "Ruizinho", "person", "m1", BY)
+    mem.register_entity("place:lisbon", "Lisbon", "place", "m1", BY)
+    mem.add_fact(fact("f1", "person:ana", "Ana lives in Lisbon", T0, ("place:lisbon",), "residence"))
+    mem.add_fact(fact("f2", "person:ruizinho", "Ruizinho likes jazz", T0, ("person:ana",)))
+    mem.observe_relationship("person:ana", "person:rui", "married_to", "m1", T0)
+    mem.observe_relationship("person:ana", "person:ruizinho", "married_to", "m1", T0)
+    mem.observe_relationship("person:ruizinho", "person:rui", "same_as", "m1", T0)
+    record.complete({"extractor": "llm", "model": "gpt", "prompt_version": "v1"}, {}, "{}", None,
+                    1, {"ADD": 2})
+    pg.save(mem, record)
+    # second message: confirm twice, update, alias, merge, retract, reject
+    t1, t2 = T0 + timedelta(days=1), T0 + timedelta(days=2)
+    mem.confirm_fact("f1", "m2", t1)
+    mem.confirm_fact("f1", "m3", t2)
+    mem.update_fact("f1", fact("f3", "person:ana", "Ana lives in Porto", t2, (), "residence", "m3"))
+    mem.add_alias("person:rui", "Ruizito", "m3")
+    mem.merge_entities("person:ruizinho", "person:rui", "m3", "same person")
+    mem.retract_fact("f2", "m3", t2, "not true", BY)
+    mem.reject("m3", {"text": "nonsense"}, "unknown entity")
+    pos = pg.save(mem)
+    pg.sync(pos)
+
+    facts = {r["fact_id"]: r for r in pg.rows("SELECT * FROM mem_facts WHERE agent_id = %s", agent_id)}
+    f1, f2, f3 = facts["f1"], facts["f2"], facts["f3"]
+    assert (f1["status"], f1["superseded_by"], f1["valid_to"]) == ("superseded", "f3", t2)
+    assert f1["reinforcement_count"] == 2 and f1["last_confirmed_at"] == t2
+    assert f1["source_message_ids"] == ["m1", "m2", "m3"]
+    assert f1["invalidated_at"] == f3["recorded_at"] and f1["recorded_at"] < f3["recorded_at"]
+    assert len(f1["event_versions"]) == 4  # added, confirmed x2, superseded
+    assert (f3["status"], f3["supersedes_fact_id"], f3["valid_from"]) == ("active", "f1", t2)
+    assert f3["valid_to"] is None and f3["embedding"] is not None
+    assert (f2["status"], f2["valid_to"], f2["entity_key"]) == ("retracted", t2, "person:rui")
+    assert f2["decided_by"] == BY and abs(f2["confidence"] - 0.95) < 1e-6
+
+    links = {(r["fact_id"], r["entity_key"], r["is_primary"])
+             for r in pg.rows("SELECT * FROM mem_fact_entities WHERE agent_id = %s", agent_id)}
+    assert links == {("f1", "person:ana", True), ("f1", "place:lisbon", False),
+                     ("f2", "person:rui", True), ("f2", "person:ana", False),
+                     ("f3", "person:ana", True)}
+    ents = {r["entity_key"]: r["merged_into"]
+            for r in pg.rows("SELECT * FROM mem_entities WHERE agent_id = %s", agent_id)}
+    assert ents == {"person:ana": None, "person:rui": None, "person:ruizinho": "person:rui",
+                    "place:lisbon": None}
+    aliases = {r["alias_folded"]: r["entity_key"]
+               for r in pg.rows("SELECT * FROM mem_aliases WHERE agent_id = %s", agent_id)}
+    assert aliases == {"ana": "person:ana", "aninha": "person:ana", "rui": "person:rui",
+                       "ruizinho": "person:rui", "ruizito": "person:rui", "lisbon": "place:lisbon"}
+    rels = pg.rows("SELECT * FROM mem_relationships WHERE agent_id = %s", agent_id)
+    # the two married_to edges merged into one with 2 mentions; the same_as self-loop vanished
+    assert [(r["source_key"], r["target_key"], r["mentions"], r["strength"]) for r in rels] == [
+        ("person:ana", "person:rui", 2, 0.75)
+    ]
+    rej = pg.rows("SELECT * FROM mem_rejections WHERE agent_id = %s", agent_id)
+    assert [(r["message_id"], r["reason"], r["decision"]) for r in rej] == [
+        ("m3", "unknown entity", {"text": "nonsense"})
+    ]
+    msg = pg.rows("SELECT * FROM mem_messages WHERE agent_id = %s", agent_id)[0]
+    assert (msg["processed"], msg["extractor"], msg["llm_calls"], msg["metadata"]) == (
+        True, "llm/gpt/v1", 1, {"k": 1})
+    assert msg["embedding"] is not None and msg["occurred_at"] == T0
+    # texts embedded once each: 1 message + 3 distinct fact texts
+    assert pg.embedder.texts == 4
+
+
+def test_exactly_once_resume_and_refused_replay(pg: Env, agent_id: str) -> None:
+    mem = pg.app.agent_memory(agent_id)
+    mem.register_entity("person:ana", "Ana", "person", "m0", BY)
+    mem.add_fact(fact("f1", "person:ana", "Ana likes tea", T0, msg="src"))
+    pg.save(mem)
+    confirmations = 60
+    positions = []
+    for i in range(confirmations):  # one save per confirmation: 60 positions in the log
+        mem.confirm_fact("f1", f"m{i}", T0 + timedelta(minutes=i))
+        positions.append(pg.save(mem))
+    ps = pg.start()
+    ps.wait(positions[10], timeout=20)
+    ps.stop()  # mid-way (the runner may have gone a bit further)
+    stopped_at = tracking_positions(pg.url, pg.schema)["memory"]
+    assert stopped_at is not None and stopped_at >= positions[10]
+    for i in range(confirmations, confirmations + 5):
+        mem.confirm_fact("f1", f"m{i}", T0 + timedelta(minutes=i))
+        positions.append(pg.save(mem))
+    calls_before = pg.embedder.texts
+    ps = pg.start()  # resumes from the tracking table
+    ps.wait(positions[-1], timeout=20)
+    row = pg.rows("SELECT * FROM mem_facts WHERE fact_id = 'f1' AND agent_id = %s", agent_id)[0]
+    assert row["reinforcement_count"] == confirmations + 5
+    assert len(row["event_versions"]) == confirmations + 6
+    assert len(row["source_message_ids"]) == 1 + confirmations + 5
+    assert pg.embedder.texts == calls_before  # nothing new to embed on resume
+
+    # replaying an already-applied event is refused by the tracking row, rows untouched
+    view = ps.runners["memory"].view
+    event = pg.app.agent_events(agent_id)[-1]
+    with pytest.raises(IntegrityError):
+        view.apply(event, Tracking("engramdb", positions[-1]))
+    again = pg.rows("SELECT reinforcement_count FROM mem_facts WHERE fact_id = 'f1' "
+                    "AND agent_id = %s", agent_id)[0]
+    assert again["reinforcement_count"] == confirmations + 5
+
+
+def test_wait_for_position_from_another_connection(pg: Env, agent_id: str) -> None:
+    pg.start()
+    mem = pg.app.agent_memory(agent_id)
+    mem.register_entity("person:ana", "Ana", "person", "m0", BY)
+    pos = pg.save(mem)
+    wait_for_position(pg.url, pos, timeout=20, schema=pg.schema)
+    assert pg.rows("SELECT count(*) AS n FROM mem_entities WHERE agent_id = %s", agent_id)[0]["n"] == 1
+    with pytest.raises(TimeoutError):
+        wait_for_position(pg.url, pos + 1000, timeout=0.2, schema=pg.schema)
+
+
+def test_refuses_a_different_embedding_model(pg: Env) -> None:
+    pg.start().stop()
+    pg.projections = None
+
+    class Other(HashEmbedder):
+        pass
+
+    other = Other(dimensions=64)
+    with pytest.raises(EmbeddingModelMismatch):
+        ProjectionSet.start(MemoryApplication, pg.env, other, "memory")
+
+
+def test_agent_opened_in_message_only_save(pg: Env, agent_id: str) -> None:
+    """A MessageRecord alone (no agent decisions) still advances the memory projection."""
+    pg.start()
+    record = MessageRecord(agent_id=agent_id, message_id="x", session_id=None, speaker=None,
+                           text="hello", occurred_at=T0, metadata={})
+    pos = pg.save(record)
+    pg.sync(pos)
+    assert tracking_positions(pg.url, pg.schema)["memory"] == pos
+    assert AgentMemory  # the agent aggregate was not touched: no mem_agents row
+    assert pg.rows("SELECT count(*) AS n FROM mem_agents")[0]["n"] == 0

@@ -1,0 +1,147 @@
+"""Rebuild (bulk mode) gives the incremental projection's tables row for row, embeddings
+included, without a single embedder call when the cache is warm; the runner resumes after it.
+
+Embedder: ``HashEmbedder`` (deterministic test double) behind ``CountingEmbedder``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from domain.aggregate import MessageRecord
+from infra.providers.scripted import HashEmbedder
+from projections.embeddings import CountingEmbedder
+from projections.rebuild import rebuild
+from projections.runner import ProjectionSet
+from projections.schema import CONVERSATION_TABLES, MEMORY_TABLES
+from services.app import MemoryApplication
+
+T0 = datetime(2024, 5, 1, 9, 0, tzinfo=UTC)
+BY = {"extractor": "test"}
+TABLES = CONVERSATION_TABLES + MEMORY_TABLES
+
+
+def fact(fid: str, entity: str, text: str, at: datetime, linked: list[str] | None = None,
+         msg: str = "m") -> dict[str, Any]:
+    return {
+        "fact_id": fid, "entity_key": entity, "linked_entities": linked or [],
+        "attribute_key": None, "text": text, "category": "general", "confidence": 0.8,
+        "importance": 0.5, "source_message_id": msg, "speaker": None, "valid_from": at,
+        "decided_by": BY,
+    }
+
+
+def dump(url: str, schema: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every read-model table (embeddings as text) and the tracking rows."""
+    out: dict[str, list[tuple[Any, ...]]] = {}
+    with psycopg.connect(url) as conn:
+        conn.execute(f'SET search_path TO "{schema}", public')
+        for table in TABLES:
+            cols = [r[0] for r in conn.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = %s "
+                "AND table_name = %s ORDER BY ordinal_position", (schema, table))]
+            select = ", ".join(f"{c}::text" if c == "embedding" else c for c in cols)
+            out[table] = conn.execute(f"SELECT {select} FROM {table} ORDER BY 1, 2, 3").fetchall()
+        for name in ("conversation", "memory"):
+            out[f"{name}_tracking"] = conn.execute(
+                f"SELECT * FROM {name}_tracking ORDER BY 1").fetchall()
+    return out
+
+
+def drive(app: MemoryApplication, agent: str, messages: int, start: int = 0) -> int:
+    """A little conversation per agent touching every event kind; returns the last position."""
+    mem = app.agent_memory(agent)
+    pos = 0
+    for i in range(start, start + messages):
+        at = T0 + timedelta(hours=i)
+        rec = MessageRecord(agent_id=agent, message_id=f"m{i}", session_id="s", speaker="Ana",
+                            text=f"message number {i} about tea", occurred_at=at, metadata={"i": i})
+        if not mem.has_entity("person:ana"):
+            mem.register_entity("person:ana", "Ana", "person", f"m{i}", BY, aliases=["A."])
+            mem.register_entity("person:bo", "Bo", "person", f"m{i}", BY)
+            mem.register_entity("person:bob", "Bob", "person", f"m{i}", BY)
+        mem.add_fact(fact(f"f{i}", "person:ana", f"Ana fact {i}", at, ["person:bo"], f"m{i}"))
+        if i % 3 == 1 and mem.is_active(f"f{i - 1}"):
+            mem.confirm_fact(f"f{i - 1}", f"m{i}", at)
+            mem.observe_relationship("person:ana", "person:bo", "knows", f"m{i}", at)
+        if i % 3 == 2 and mem.is_active(f"f{i - 1}"):
+            mem.update_fact(f"f{i - 1}", fact(f"u{i}", "person:ana", f"Ana update {i}", at))
+            mem.observe_relationship("person:bob", "person:ana", "knows", f"m{i}", at)
+        if i % 5 == 4:
+            mem.retract_fact(f"f{i}", f"m{i}", at, "wrong", BY)
+            mem.reject(f"m{i}", {"text": "?"}, "bad")
+        if i == start + 3 and mem.has_entity("person:bob"):
+            mem.add_alias("person:bob", "Bobby", f"m{i}")
+            mem.merge_entities("person:bob", "person:bo", f"m{i}", "same")
+        rec.complete({"extractor": "test"}, {}, None, None, 0, {})
+        pos = app.save(mem, rec)[-1].notification.id
+    return pos
+
+
+@pytest.fixture
+def store(pg_url: str, fresh_schema: Any) -> Iterator[tuple[str, dict[str, str], MemoryApplication]]:
+    schema, env = fresh_schema("rb")
+    app = MemoryApplication(env)
+    yield schema, env, app
+    app.close()
+
+
+def test_rebuild_equals_incremental_and_never_re_embeds(pg_url: str, store: Any) -> None:
+    schema, env, app = store
+    embedder = CountingEmbedder(HashEmbedder())
+    with ProjectionSet.start(MemoryApplication, env, embedder) as ps:
+        pos = drive(app, "agent-a", 12)
+        pos = drive(app, "agent-b", 7)
+        ps.wait(pos, timeout=30)
+    incremental = dump(pg_url, schema)
+    assert len(incremental["mem_facts"]) > 10 and len(incremental["mem_relationships"]) >= 2
+    assert any(r for r in incremental["mem_entities"] if r[5] == "person:bo")  # merged
+
+    cold = embedder.texts
+    counting = CountingEmbedder(HashEmbedder())
+    report = rebuild(MemoryApplication, env, counting)
+    assert report.embed_calls == 0 and counting.calls == 0 and cold > 0
+    assert report.position == pos and report.events >= pos - 1
+    rebuilt = dump(pg_url, schema)
+    for table, rows in incremental.items():
+        assert rebuilt[table] == rows, table
+
+    # the projector resumes right after the rebuilt position: no duplicates, same as rebuild
+    with ProjectionSet.start(MemoryApplication, env, counting) as ps:
+        pos = drive(app, "agent-a", 4, start=12)
+        ps.wait(pos, timeout=30)
+    resumed = dump(pg_url, schema)
+    rebuild(MemoryApplication, env, counting, "memory")
+    rebuild(MemoryApplication, env, counting, "conversation", progress=True)
+    assert dump(pg_url, schema) == resumed
+
+
+def test_rebuild_with_another_model_changes_dimensions(pg_url: str, store: Any) -> None:
+    schema, env, app = store
+    with ProjectionSet.start(MemoryApplication, env, HashEmbedder()) as ps:
+        ps.wait(drive(app, "agent-c", 4), timeout=30)
+    small = CountingEmbedder(HashEmbedder(dimensions=32))
+    report = rebuild(MemoryApplication, env, small)
+    assert report.texts_embedded == 4 + 4 + 1  # 4 messages, 4 facts, 1 update text (distinct)
+    with psycopg.connect(pg_url) as conn:
+        conn.execute(f'SET search_path TO "{schema}", public')
+        dims = conn.execute("SELECT DISTINCT vector_dims(embedding) FROM mem_facts").fetchall()
+        meta = conn.execute("SELECT projection, embedding_model FROM mem_read_model_meta "
+                            "ORDER BY 1").fetchall()
+    assert dims == [(32,)]
+    assert meta == [("conversation", "hash-bow-32"), ("memory", "hash-bow-32")]
+    back = CountingEmbedder(HashEmbedder())
+    assert rebuild(MemoryApplication, env, back).embed_calls == 0  # old vectors kept in cache
+
+
+def test_rebuild_of_an_empty_log(store: Any) -> None:
+    _, env, _ = store
+    report = rebuild(MemoryApplication, env, HashEmbedder())
+    assert report.events == 0 and report.position is None
+    with ProjectionSet.start(MemoryApplication, env, HashEmbedder()) as ps:
+        assert ps.positions() == {"conversation": None, "memory": None}
