@@ -10,10 +10,11 @@ Delivery policy (ADR-0004):
   message is nacked with a growing delay; after ``max_deliver`` deliveries it goes to the
   dead-letter stream with the last error as the reason, and is acked.
 - **Per-agent order, agents in parallel.** A durable pull consumer fetches batches in
-  stream order; each batch is split by agent, each agent's messages run one after another
-  (in a worker thread: the pipeline is synchronous), different agents run concurrently up
-  to ``max_concurrency``. When one of an agent's messages fails, the rest of that agent's
-  batch is nacked too, so a later message never overtakes an earlier one within a batch.
+  stream order; one agent's messages take the agent's FIFO lock in that order and run one
+  after another (in a worker thread: the pipeline is synchronous), different agents run
+  concurrently up to ``max_concurrency`` threads. When one of an agent's messages fails,
+  the ones queued behind it are nacked too, so a later message never overtakes an earlier
+  one within a batch.
 - **Duplicates are harmless.** Redeliveries (a crash before the ack) hit the pipeline's
   ``MessageRecord`` and become no-ops; publishers' ``Nats-Msg-Id`` drops re-publications.
 """
@@ -26,6 +27,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 import anyio
@@ -57,6 +59,13 @@ def _header_safe(text: str, limit: int = 512) -> str:
     return " ".join(text.split())[:limit]
 
 
+@dataclass
+class _AgentState:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    generation: int = 0  # bumped when a message fails: queued ones behind it are nacked
+    users: int = 0
+
+
 class IngestService:
     """The handler's logic, separate from FastStream wiring (so it is easy to reason about)."""
 
@@ -71,6 +80,7 @@ class IngestService:
         nack_delay: float = 1.0,
         max_nack_delay: float = 30.0,
         on_result: Callable[[WriteResult], None] | None = None,
+        heartbeat_sec: float = 10.0,
     ) -> None:
         self.broker = broker
         self.pipeline = pipeline
@@ -80,39 +90,42 @@ class IngestService:
         self.max_nack_delay = max_nack_delay
         self.on_result = on_result
         self.limiter = anyio.CapacityLimiter(max_concurrency)
-        self._agent_locks: dict[str, asyncio.Lock] = {}
+        self.heartbeat_sec = heartbeat_sec
+        self._agents: dict[str, _AgentState] = {}
         self.stats = {"processed": 0, "duplicates": 0, "dead_lettered": 0, "nacked": 0}
 
-    # ----- batch -------------------------------------------------------------------------------
+    # ----- one message -----------------------------------------------------------------------
 
-    async def handle_batch(self, raws: list[Msg]) -> None:
-        """Validate in stream order, then run each agent's messages in order, agents in parallel."""
-        groups: dict[str, list[tuple[Msg, ConversationMessage]]] = {}
-        for raw in raws:
-            try:
-                message = parse_message(raw.data)
-            except InvalidMessage as exc:
-                await self._dead_letter_and_ack(raw, exc.reason, "validation")
-                continue
-            groups.setdefault(message.agent_id, []).append((raw, message))
-        if not groups:
-            return
-        async with anyio.create_task_group() as tg:
-            for agent_id, items in groups.items():
-                tg.start_soon(self._run_agent, agent_id, items)
+    async def handle(self, raw: Msg) -> None:
+        """Validate, then write under the agent's lock (FIFO), acking only after the save.
 
-    async def _run_agent(self, agent_id: str, items: list[tuple[Msg, ConversationMessage]]) -> None:
-        lock = self._agent_locks.setdefault(agent_id, asyncio.Lock())
+        FastStream starts the handlers of one fetched batch in stream order and they reach
+        the agent's ``asyncio.Lock`` (FIFO) in that order, so one agent's messages are written
+        in stream order while other agents' messages run in parallel worker threads. If a
+        message fails, the messages of that agent already queued behind it are nacked too
+        (``generation`` changed), so none of them overtakes it.
+        """
         try:
-            async with lock:
-                for index, (raw, message) in enumerate(items):
-                    if not await self._process_one(raw, message):
-                        for later, _ in items[index + 1 :]:  # keep the agent's order
-                            await self._nack(later)
-                        return
+            message = parse_message(raw.data)
+        except InvalidMessage as exc:
+            await self._dead_letter_and_ack(raw, exc.reason, "validation")
+            return
+        state = self._agents.get(message.agent_id)
+        if state is None:
+            state = self._agents[message.agent_id] = _AgentState()
+        state.users += 1
+        entry_generation = state.generation
+        try:
+            async with state.lock:
+                if state.generation != entry_generation:
+                    await self._nack(raw)  # an earlier message of this agent failed: keep order
+                    return
+                if not await self._process_one(raw, message):
+                    state.generation += 1
         finally:
-            if not lock.locked() and self._agent_locks.get(agent_id) is lock:
-                del self._agent_locks[agent_id]
+            state.users -= 1
+            if state.users == 0:
+                self._agents.pop(message.agent_id, None)
 
     async def _process_one(self, raw: Msg, message: ConversationMessage) -> bool:
         """True if the message is settled (acked, possibly dead-lettered); False if nacked."""
@@ -120,10 +133,18 @@ class IngestService:
         if pipeline is None:  # pragma: no cover — the app's startup builds it
             await self._nack(raw)
             return False
-        try:
-            result = await anyio.to_thread.run_sync(pipeline.write, message, limiter=self.limiter)
-        except Exception as exc:  # noqa: BLE001 — transient until proven otherwise
-            reason = f"write pipeline failed: {type(exc).__name__}: {exc}"
+        failure: Exception | None = None
+        result: WriteResult | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._heartbeat, raw)
+            try:
+                result = await anyio.to_thread.run_sync(pipeline.write, message, limiter=self.limiter)
+            except Exception as exc:  # noqa: BLE001 — kept out of the task group's ExceptionGroup
+                failure = exc
+            finally:
+                tg.cancel_scope.cancel()
+        if failure is not None or result is None:  # transient until proven otherwise
+            reason = f"write pipeline failed: {type(failure).__name__}: {failure}"
             deliveries = self._deliveries(raw)
             if deliveries >= self.max_deliver:
                 log.error("giving up on %s after %d deliveries: %s", message.message_id, deliveries, reason)
@@ -139,6 +160,13 @@ class IngestService:
             except Exception:  # noqa: BLE001 — an observer must not break ingestion
                 log.exception("on_result callback failed")
         return True
+
+    async def _heartbeat(self, raw: Msg) -> None:
+        """Tell JetStream we are still working, so a slow extraction is not redelivered."""
+        while True:
+            await anyio.sleep(self.heartbeat_sec)
+            with contextlib.suppress(Exception):
+                await raw.in_progress()
 
     # ----- settlement --------------------------------------------------------------------------
 
@@ -212,19 +240,20 @@ def build_ingest_app(
     prefix: str = DEFAULT_PREFIX,
     durable: str = DEFAULT_DURABLE,
     batch_size: int = 32,
-    fetch_timeout: float = 0.1,
+    fetch_timeout: float = 5.0,
     max_concurrency: int = 4,
     max_deliver: int = 10,
     nack_delay: float = 1.0,
-    ack_wait: float = 120.0,
+    ack_wait: float = 30.0,
     on_result: Callable[[WriteResult], None] | None = None,
     logger: logging.Logger | None = None,
 ) -> tuple[FastStream, NatsBroker]:
     """FastStream app + broker consuming ``<prefix>.messages.>`` with a durable pull consumer.
 
     Give either a ready ``pipeline`` or a ``pipeline_factory`` (called once at startup, so
-    building database pools happens inside the service's lifetime). ``ack_wait`` must exceed
-    the slowest write (an extraction may take ``extraction_timeout_sec`` = 30 s).
+    building database pools happens inside the service's lifetime). A write in progress sends
+    JetStream "working" heartbeats every ``ack_wait / 3`` s, so a slow extraction is not
+    redelivered while it runs.
     """
     if (pipeline is None) == (pipeline_factory is None):
         raise ValueError("give exactly one of pipeline / pipeline_factory")
@@ -237,6 +266,7 @@ def build_ingest_app(
         max_deliver=max_deliver,
         nack_delay=nack_delay,
         on_result=on_result,
+        heartbeat_sec=max(0.5, ack_wait / 3),
     )
     stream = JStream(
         messages_stream_name(prefix),
@@ -253,7 +283,10 @@ def build_ingest_app(
         messages_wildcard(prefix),
         stream=stream,
         durable=durable,
-        pull_sub=PullSub(batch_size=batch_size, timeout=fetch_timeout, batch=True),
+        # Not batch=True: FastStream's batch mode waits to fill the batch until the timeout,
+        # and short fetch timeouts race with nats-py (a message lost until ack_wait). Plain
+        # pull returns partial batches at once; their handlers start in stream order.
+        pull_sub=PullSub(batch_size=batch_size, timeout=fetch_timeout),
         config=ConsumerConfig(
             ack_wait=ack_wait,
             # server-side bound above ours: only reached if the process dies on a message
@@ -267,7 +300,7 @@ def build_ingest_app(
     )
     async def ingest(body: Any, message: Annotated[Any, Context("message")]) -> None:
         """Payload: a ``ConversationMessage`` JSON object (see components); validated here."""
-        await service.handle_batch(list(message.raw_message))
+        await service.handle(message.raw_message)
 
     # The dead-letter publisher only declares its stream (and documents it in AsyncAPI).
     broker.publisher(

@@ -9,7 +9,6 @@ projection. Embedder: ``HashEmbedder`` (deterministic test double).
 
 from __future__ import annotations
 
-import struct
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -30,10 +29,6 @@ T0 = datetime(2023, 1, 1, tzinfo=UTC)
 NAMES = ["ana", "bo", "cy", "di"]
 TEXTS = ["likes tea", "lives in Rome", "has a cat", "works at Vertix", "likes tea!"]
 COLUMNS = [f for f in FactRow.__dataclass_fields__]
-
-
-def f32(x: float) -> float:
-    return float(struct.unpack("f", struct.pack("f", x))[0])
 
 
 def test_projection_equals_pure_fold(pg_url: str, fresh_schema: Any) -> None:
@@ -65,8 +60,9 @@ def test_projection_equals_pure_fold(pg_url: str, fresh_schema: Any) -> None:
                 command(mem)
             except DecisionRejected as exc:
                 mem.reject(f"m{self.clock}", {"text": "x"}, exc.reason)
-            if mem.pending_events if hasattr(mem, "pending_events") else True:
-                self.position = app.save(mem)[-1].notification.id
+            recordings = app.save(mem)
+            if recordings:  # an alias already known decides nothing
+                self.position = recordings[-1].notification.id
 
         def at(self, skew: int) -> datetime:
             return T0 + timedelta(hours=self.clock + skew)
@@ -139,9 +135,8 @@ def test_projection_equals_pure_fold(pg_url: str, fresh_schema: Any) -> None:
                 actual = table_rows(agent)
                 assert set(actual) == set(expected)
                 for fid, row in expected.items():
-                    want = dict(vars(row))
-                    want["confidence"], want["importance"] = f32(row.confidence), f32(row.importance)
-                    assert actual[fid] == want, fid
+                    # real columns come back as the shortest decimal of the float4: 0.6
+                    assert actual[fid] == vars(row), fid
 
         def teardown(self) -> None:
             if self.position:

@@ -89,6 +89,8 @@ async def _dead_letters(nats_url: str, prefix: str) -> list[tuple[dict[str, str]
         except Exception:  # noqa: BLE001 — no stream yet: no dead letters
             return []
         out = []
+        if not info.state.messages:
+            return out
         for seq in range(info.state.first_seq, info.state.last_seq + 1):
             raw = await js.get_msg(deadletter_stream_name(prefix), seq)
             out.append((dict(raw.headers or {}), json.loads(raw.data)))

@@ -81,6 +81,7 @@ class Retriever:
         self.config = config or RetrieveConfig()
         self.wait_for_position = wait_for_position
         self._floor_override = similarity_floor
+        self._keyword_modes: dict[str, str] | None = None  # detected once from pg_indexes
         self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="engramdb-retrieve")
 
     def close(self) -> None:
@@ -185,7 +186,12 @@ class Retriever:
         submit = self._executor.submit
 
         f_embed: Future[tuple[str, float]] = submit(self._embed, q)
-        f_kw = submit(self._timed(lambda c: signals.keyword_facts(c, agent_id, words, cfg, as_of)))
+        if self._keyword_modes is None:
+            with self.pool.connection() as conn:
+                self._keyword_modes = signals.keyword_modes(conn)
+        modes = self._keyword_modes
+        trace["keyword_mode"] = modes
+        f_kw = submit(self._timed(lambda c: signals.keyword_facts(c, agent_id, words, cfg, as_of, modes["mem_facts"])))
 
         # plan (the only sequential DB step before the signals)
         with self.pool.connection() as conn:
@@ -220,7 +226,8 @@ class Retriever:
         event_rows: list[tuple[Any, ...]] = []
         if cfg.topk_events > 0:
             with self.pool.connection() as conn:
-                event_signals = signals.message_candidates(conn, agent_id, qvec, words, cfg, floor, as_of)
+                event_signals = signals.message_candidates(
+                    conn, agent_id, qvec, words, cfg, floor, as_of, modes["mem_messages"])
                 event_rows = signals.hydrate_messages(conn, agent_id, sorted(event_signals), qvec)
         timings["events"] = _ms(events_start)
 

@@ -111,8 +111,25 @@ def semantic_facts(
     return [(r[0], float(r[1])) for r in rows]
 
 
+FTS_CONFIG = "simple"  # language-neutral: facts stay in the user's language
+
+
+def tsquery_text(words: list[str]) -> str:
+    """OR of prefix lexemes (``'word':*``) for ``to_tsquery``; words are ``\\w+`` tokens,
+    and quotes/backslashes are escaped anyway (tsquery syntax, still a bound parameter)."""
+    return " | ".join("'" + w.replace("\\", "\\\\").replace("'", "''") + "':*" for w in words)
+
+
+def _keyword_filter(column: str, mode: str) -> str:
+    """Candidate filter: trigram/seq-scan ILIKE, or the full-text GIN index when present
+    (``mode='fts'``: words and word prefixes; the score is still the exact ILIKE fraction)."""
+    if mode == "fts":
+        return f"to_tsvector('{FTS_CONFIG}', {column}) @@ to_tsquery('{FTS_CONFIG}', %(tsq)s)"
+    return f"{column} ILIKE ANY(%(p)s::text[])"
+
+
 def keyword_facts(
-    conn: Any, agent_id: str, words: list[str], cfg: RetrieveConfig, as_of: datetime | None
+    conn: Any, agent_id: str, words: list[str], cfg: RetrieveConfig, as_of: datetime | None, mode: str = "ilike"
 ) -> list[tuple[str, float]]:
     """(fact_id, fraction of the keyword words found in its text), best first."""
     if not words:
@@ -124,13 +141,31 @@ def keyword_facts(
                (SELECT count(*) FROM unnest(%(p)s::text[]) AS p WHERE f.fact_text ILIKE p)::float8 / %(k)s AS s
           FROM mem_facts f
          WHERE f.agent_id = %(a)s AND {fact_visibility(as_of)}
-           AND f.confidence >= %(minc)s AND f.fact_text ILIKE ANY(%(p)s::text[])
+           AND f.confidence >= %(minc)s AND {_keyword_filter("f.fact_text", mode)}
          ORDER BY s DESC, f.valid_from DESC, f.fact_id
          LIMIT %(n)s
         """,
-        {"p": patterns, "k": len(words), "a": agent_id, "t": as_of, "minc": cfg.min_confidence, "n": cfg.candidate_pool},
+        {"p": patterns, "tsq": tsquery_text(words), "k": len(words), "a": agent_id, "t": as_of,
+         "minc": cfg.min_confidence, "n": cfg.candidate_pool},
     ).fetchall()
     return [(r[0], float(r[1])) for r in rows]
+
+
+def keyword_modes(conn: Any) -> dict[str, str]:
+    """Per table, how keyword candidates are found: ``fts`` when a ``to_tsvector('simple', …)``
+    GIN index exists, else ``ilike`` (fast with a pg_trgm index, a scan of the agent's rows
+    without one)."""
+    modes = {"mem_facts": "ilike", "mem_messages": "ilike"}
+    rows = conn.execute(
+        "SELECT tablename, indexdef FROM pg_indexes WHERE schemaname = current_schema()"
+        " AND tablename IN ('mem_facts', 'mem_messages')"
+    ).fetchall()
+    for table, indexdef in rows:
+        if f"to_tsvector('{FTS_CONFIG}'" in indexdef and modes[table] != "ilike-trgm":
+            modes[table] = "fts"
+        if "gin_trgm_ops" in indexdef:
+            modes[table] = "ilike-trgm"
+    return {t: ("fts" if m == "fts" else "ilike") for t, m in modes.items()}
 
 
 def aggregation_facts(
@@ -312,6 +347,7 @@ def message_candidates(
     cfg: RetrieveConfig,
     floor: float,
     as_of: datetime | None,
+    mode: str = "ilike",
 ) -> dict[str, dict[str, float]]:
     """message_id -> {"semantic": cosine, "keyword": fraction} for the raw conversation log."""
     out: dict[str, dict[str, float]] = {}
@@ -340,11 +376,11 @@ def message_candidates(
             SELECT m.message_id,
                    (SELECT count(*) FROM unnest(%(p)s::text[]) AS p WHERE m.text ILIKE p)::float8 / %(k)s AS s
               FROM mem_messages m
-             WHERE m.agent_id = %(a)s AND {message_visibility(as_of)} AND m.text ILIKE ANY(%(p)s::text[])
+             WHERE m.agent_id = %(a)s AND {message_visibility(as_of)} AND {_keyword_filter("m.text", mode)}
              ORDER BY s DESC, m.occurred_at DESC, m.message_id
              LIMIT %(n)s
             """,
-            {"p": patterns, "k": len(words), "a": agent_id, "t": as_of, "n": limit},
+            {"p": patterns, "tsq": tsquery_text(words), "k": len(words), "a": agent_id, "t": as_of, "n": limit},
         ).fetchall()
         for mid, s in rows:
             out.setdefault(mid, {})["keyword"] = float(s)

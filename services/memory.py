@@ -1,0 +1,233 @@
+"""``Memory``: the in-process API — one object that writes, projects, retrieves and audits.
+
+It only wires parts together: the event log (``MemoryApplication``), the write pipeline, the
+projectors (threads in this process, unless ``start_projectors=False`` because another process
+runs them), the retriever (read models only) and the audit functions (the log only). The NATS
+and HTTP services and the CLI are thin shells around it.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime
+from typing import Any
+
+from psycopg_pool import ConnectionPool
+
+from domain.ports import EmbeddingProvider, LLMProvider
+from infra.database import DatabaseConfig, ensure_extensions, es_env_from_url, resolve_database
+from infra.providers.factory import make_embedder, make_llm
+from infra.settings import Settings, load_settings
+from projections.rebuild import RebuildReport
+from projections.runner import ProjectionSet, wait_for_position
+from projections.schema import read_model_ddl
+from services.app import MemoryApplication
+from services.audit import FactSnapshot, HistoryEntry, agent_history, fact_history, facts_as_of
+from services.extraction import Extractor, LLMExtractor, RuleBasedExtractor
+from services.extraction.rule_based import OFFLINE_NOTICE
+from services.pre_retrieval import PreRetrieval
+from services.retrieve.models import RetrieveResult
+from services.retrieve.pipeline import Retriever
+from services.write import WriteConfig, WritePipeline, WriteRequest, WriteResult
+
+_UNSET: Any = object()
+
+
+class Memory:
+    """Long-term memory for agents. Open with ``Memory.open()``; close (or use ``with``)."""
+
+    def __init__(
+        self,
+        *,
+        database: DatabaseConfig,
+        env: dict[str, str],
+        embedder: EmbeddingProvider,
+        llm: LLMProvider | None,
+        extractor: Extractor,
+        start_projectors: bool = True,
+        write_config: WriteConfig | None = None,
+    ) -> None:
+        self.database = database
+        self.env = env
+        self.schema = env.get("POSTGRES_SCHEMA", "public")
+        self.embedder = embedder
+        self.llm = llm
+        self.extractor = extractor
+        self.app = MemoryApplication(env)
+        search_path = f"-c search_path={self.schema},public"
+        self.pool = ConnectionPool(
+            database.url,
+            min_size=1,
+            max_size=8,
+            kwargs={"autocommit": True, "options": search_path},
+            open=True,
+        )
+        self._ensure_pattern_table()
+        self.projections = ProjectionSet(MemoryApplication, env, embedder)
+        if start_projectors:
+            self.projections._start()
+        self.pipeline = WritePipeline(
+            self.app,
+            extractor,
+            PreRetrieval(database.url, schema=self.schema),
+            resolver_llm=llm,
+            config=write_config,
+        )
+        self.retriever = Retriever(
+            self.pool, embedder, llm=llm, wait_for_position=self.wait_for_projections
+        )
+
+    def _ensure_pattern_table(self) -> None:
+        """Patterns come from background jobs, which no projection owns yet (see ADR-0006)."""
+        ddl = next(s for s in read_model_ddl(self.embedder.dimensions) if "mem_patterns" in s)
+        with self.pool.connection() as conn:
+            conn.execute(ddl)
+
+    # ----- construction ------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        settings: Settings | None = None,
+        *,
+        llm: LLMProvider | None = _UNSET,
+        embedder: EmbeddingProvider | None = None,
+        extractor: Extractor | None = None,
+        env: dict[str, str] | None = None,
+        database_url: str | None = None,
+        start_projectors: bool = True,
+        write_config: WriteConfig | None = None,
+        quiet: bool = False,
+    ) -> Memory:
+        """Open memory on the configured database, or on the embedded default.
+
+        ``env`` (eventsourcing's ``POSTGRES_*`` variables) wins over ``database_url``, which
+        wins over ``settings``. ``llm`` defaults to the one configured in settings (``None``
+        when no key/base URL); pass ``llm=None`` to force the offline extractor.
+        """
+        settings = settings or load_settings()
+        if env is not None:
+            url = database_url or _url_from_env(env)
+            database = DatabaseConfig(
+                url=url, env=dict(env), schema=env.get("POSTGRES_SCHEMA", "public")
+            )
+        elif database_url is not None:
+            database = DatabaseConfig(
+                url=database_url,
+                env=es_env_from_url(database_url, settings.db_schema),
+                schema=settings.db_schema,
+            )
+        else:
+            database = resolve_database(settings)
+        ensure_extensions(database.url, database.schema)
+        chosen_llm = make_llm(settings) if llm is _UNSET else llm
+        chosen_embedder = embedder or make_embedder(settings)
+        if extractor is None:
+            if chosen_llm is not None:
+                extractor = LLMExtractor(chosen_llm, timeout_sec=settings.llm_timeout_sec)
+            else:
+                extractor = RuleBasedExtractor()
+                if not quiet:
+                    print(OFFLINE_NOTICE, file=sys.stderr)
+        return cls(
+            database=database,
+            env=database.env,
+            embedder=chosen_embedder,
+            llm=chosen_llm,
+            extractor=extractor,
+            start_projectors=start_projectors,
+            write_config=write_config,
+        )
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.projections.stop()
+        self.retriever.close()
+        self.pool.close()
+        self.app.close()
+        if self.database.handle is not None:
+            self.database.handle.stop()
+
+    # ----- the three uses -----------------------------------------------------------------
+
+    def write(
+        self,
+        agent_id: str,
+        text: str,
+        *,
+        speaker: str | None = None,
+        session_id: str | None = None,
+        occurred_at: datetime | None = None,
+        message_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> WriteResult:
+        """Record one message and the memory decisions it leads to (idempotent on message_id)."""
+        fields: dict[str, Any] = {"agent_id": agent_id, "text": text}
+        for key, value in (
+            ("speaker", speaker),
+            ("session_id", session_id),
+            ("occurred_at", occurred_at),
+            ("message_id", message_id),
+            ("metadata", metadata),
+        ):
+            if value is not None:
+                fields[key] = value
+        return self.pipeline.write(WriteRequest(**fields))
+
+    def retrieve(
+        self,
+        agent_id: str,
+        query: str,
+        *,
+        as_of: datetime | None = None,
+        wait_for: int | None = None,
+        config_overrides: dict[str, Any] | None = None,
+    ) -> RetrieveResult:
+        """The facts and conversations that matter for ``query``, from the read models only.
+
+        ``wait_for`` is a ``WriteResult.position``: read-your-writes.
+        """
+        return self.retriever.retrieve(
+            agent_id, query, as_of=as_of, wait_for=wait_for, config_overrides=config_overrides
+        )
+
+    def wait_for_projections(self, position: int | None = None, timeout: float = 30.0) -> None:
+        """Block until the read models include the event at ``position`` (default: all so far)."""
+        if position is None:
+            position = self.app.recorder.max_notification_id()
+        if self.projections.running:
+            self.projections.wait(position, timeout)
+        else:
+            wait_for_position(self.database.url, position, timeout, schema=self.schema)
+
+    def history(self, agent_id: str, fact_id: str | None = None) -> list[HistoryEntry]:
+        """How a memory came to be, from the event log."""
+        if fact_id is None:
+            return agent_history(self.app, agent_id)
+        return fact_history(self.app, agent_id, fact_id)
+
+    def facts_as_of(self, agent_id: str, as_of: datetime) -> list[FactSnapshot]:
+        """What memory held at ``as_of``, replayed from the event log."""
+        return facts_as_of(self.app, agent_id, as_of)
+
+    def rebuild(self, projection: str | None = None, progress: bool = False) -> RebuildReport:
+        """Drop and rebuild read models from the log (never calls an LLM)."""
+        report: RebuildReport = self.projections.rebuild(projection, progress)
+        return report
+
+
+def _url_from_env(env: dict[str, str]) -> str:
+    from psycopg.conninfo import make_conninfo
+
+    return make_conninfo(
+        dbname=env.get("POSTGRES_DBNAME", "postgres"),
+        host=env.get("POSTGRES_HOST", "localhost"),
+        port=env.get("POSTGRES_PORT", "5432"),
+        user=env.get("POSTGRES_USER", "postgres"),
+        password=env.get("POSTGRES_PASSWORD", ""),
+    )
