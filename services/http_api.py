@@ -13,7 +13,7 @@ import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 from fastapi import FastAPI, HTTPException, Query, Request
@@ -128,7 +128,7 @@ def create_app(memory: Any, *, title: str = "engramdb") -> FastAPI:
         responses={422: {"model": ErrorBody}},
         summary="The agent's facts as memory knew and held them at `as_of` (default: now)",
     )
-    async def facts(agent_id: str, as_of: datetime | None = Query(None, description="ISO 8601")) -> Any:
+    async def facts(agent_id: str, as_of: Annotated[datetime | None, Query(description="ISO 8601")] = None) -> Any:
         when = as_of or datetime.now(UTC)
         if when.tzinfo is None:
             when = when.replace(tzinfo=UTC)

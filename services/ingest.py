@@ -27,7 +27,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import anyio
@@ -61,9 +61,51 @@ def _header_safe(text: str, limit: int = 512) -> str:
 
 @dataclass
 class _AgentState:
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    generation: int = 0  # bumped when a message fails: queued ones behind it are nacked
-    users: int = 0
+    # Future of the agent's last queued delivery; its result says whether it succeeded.
+    tail: asyncio.Future[bool] | None = None
+
+
+class _Turnstile:
+    """Lets deliveries through in consumer-sequence order (a gap gives way after a timeout).
+
+    Gaps happen when another process shares the durable consumer or a delivery was lost;
+    then waiting longer cannot help, so after ``gap_timeout`` the lowest waiting sequence
+    passes anyway. The very first delivery also waits ``gap_timeout`` for its siblings.
+    """
+
+    def __init__(self, gap_timeout: float = 0.02) -> None:
+        self.gap_timeout = gap_timeout
+        self.next: int | None = None
+        self._waiting: set[int] = set()
+        self._cond = asyncio.Condition()
+
+    def _may_pass(self, seq: int, expired: bool) -> bool:
+        if self.next is not None and seq <= self.next:
+            return True
+        return expired and seq == min(self._waiting)
+
+    async def enter(self, seq: int | None) -> None:
+        if seq is None:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.gap_timeout
+        async with self._cond:
+            self._waiting.add(seq)
+            try:
+                while not self._may_pass(seq, loop.time() >= deadline):
+                    remaining = deadline - loop.time()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._cond.wait(), remaining if remaining > 0 else None)
+            finally:
+                self._waiting.discard(seq)
+
+    async def leave(self, seq: int | None) -> None:
+        if seq is None:
+            return
+        async with self._cond:
+            if self.next is None or seq >= self.next:
+                self.next = seq + 1
+            self._cond.notify_all()
 
 
 class IngestService:
@@ -92,39 +134,54 @@ class IngestService:
         self.limiter = anyio.CapacityLimiter(max_concurrency)
         self.heartbeat_sec = heartbeat_sec
         self._agents: dict[str, _AgentState] = {}
+        self.turnstile = _Turnstile()
         self.stats = {"processed": 0, "duplicates": 0, "dead_lettered": 0, "nacked": 0}
 
     # ----- one message -----------------------------------------------------------------------
 
     async def handle(self, raw: Msg) -> None:
-        """Validate, then write under the agent's lock (FIFO), acking only after the save.
+        """Validate, then write in the agent's queue, acking only after the save.
 
-        FastStream starts the handlers of one fetched batch in stream order and they reach
-        the agent's ``asyncio.Lock`` (FIFO) in that order, so one agent's messages are written
-        in stream order while other agents' messages run in parallel worker threads. If a
-        message fails, the messages of that agent already queued behind it are nacked too
-        (``generation`` changed), so none of them overtakes it.
+        FastStream runs the handlers of one fetched batch concurrently, and their start order
+        is not a guarantee. So each delivery first passes a turnstile in JetStream *consumer
+        sequence* order (contiguous for one consumer) and takes its place in its agent's
+        chain there; then it waits for its predecessor in that chain only. One agent's
+        messages are thus written in stream order, other agents' in parallel worker threads.
+        If a message fails (nacked), the ones already chained behind it are nacked too, so
+        none of them overtakes it.
         """
+        await self.turnstile.enter(self._consumer_seq(raw))
         try:
-            message = parse_message(raw.data)
-        except InvalidMessage as exc:
-            await self._dead_letter_and_ack(raw, exc.reason, "validation")
-            return
-        state = self._agents.get(message.agent_id)
-        if state is None:
-            state = self._agents[message.agent_id] = _AgentState()
-        state.users += 1
-        entry_generation = state.generation
-        try:
-            async with state.lock:
-                if state.generation != entry_generation:
-                    await self._nack(raw)  # an earlier message of this agent failed: keep order
-                    return
-                if not await self._process_one(raw, message):
-                    state.generation += 1
+            try:
+                message = parse_message(raw.data)
+            except InvalidMessage as exc:
+                message = None
+                reason = exc.reason
+            if message is None:
+                state, previous, mine = None, None, None
+            else:
+                state = self._agents.get(message.agent_id)
+                if state is None:
+                    state = self._agents[message.agent_id] = _AgentState()
+                previous = state.tail if state.tail is not None and not state.tail.done() else None
+                mine = asyncio.get_running_loop().create_future()
+                state.tail = mine
         finally:
-            state.users -= 1
-            if state.users == 0:
+            await self.turnstile.leave(self._consumer_seq(raw))
+        if message is None:
+            await self._dead_letter_and_ack(raw, reason, "validation")
+            return
+        assert state is not None and mine is not None
+        ok = False
+        try:
+            predecessor_ok = await asyncio.shield(previous) if previous is not None else True
+            if not predecessor_ok:
+                await self._nack(raw)  # an earlier message of this agent failed: keep order
+            else:
+                ok = await self._process_one(raw, message)
+        finally:
+            mine.set_result(ok)
+            if state.tail is mine:
                 self._agents.pop(message.agent_id, None)
 
     async def _process_one(self, raw: Msg, message: ConversationMessage) -> bool:
@@ -169,6 +226,13 @@ class IngestService:
                 await raw.in_progress()
 
     # ----- settlement --------------------------------------------------------------------------
+
+    @staticmethod
+    def _consumer_seq(raw: Msg) -> int | None:
+        try:
+            return int(raw.metadata.sequence.consumer)
+        except Exception:  # noqa: BLE001 — not a JetStream delivery
+            return None
 
     @staticmethod
     def _deliveries(raw: Msg) -> int:

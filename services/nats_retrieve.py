@@ -34,7 +34,7 @@ class RetrieveReply(BaseModel):
 
     result: RetrieveResult | None = None
     error: str | None = None
-    error_type: str | None = Field(None, description="validation | internal")
+    error_type: str | None = Field(default=None, description="validation | internal")
 
 
 def _error(kind: str, message: str) -> dict[str, Any]:

@@ -225,19 +225,20 @@ def test_transient_failure_is_retried_then_dead_lettered(
     extractor, _ = scripted_extractor({t: extraction_json(fact(f"Ana plays {t.split()[-1][:-1]}")) for t in texts.values()})
     flaky = FlakyPipeline(WritePipeline(app, extractor), {"flaky": 1, "doomed": 99})
     collector = Collector()
+    # published before the consumer starts, so its first fetch holds all three, in order
+    run_async(_publish(nats_url, prefix, [
+        ConversationMessage(agent_id=agent_id, message_id=mid, speaker="Ana", text=t) for mid, t in texts.items()
+    ]))
     runner = start_ingest(nats_url, flaky, prefix, collector, max_deliver=3, nack_delay=0.05)
     try:
-        run_async(_publish(nats_url, prefix, [
-            ConversationMessage(agent_id=agent_id, message_id=mid, speaker="Ana", text=t) for mid, t in texts.items()
-        ]))
         wait_until(lambda: len(collector.results) == 2, what="two successful writes")
         wait_until(lambda: len(run_async(_dead_letters(nats_url, prefix))) == 1, what="one dead letter")
     finally:
         runner.stop()
-    # "doomed" was first nacked unattempted (behind the failed "flaky", to keep the order):
-    # that delivery counts toward max_deliver too
+    # "doomed" was first nacked unattempted (queued behind the failed "flaky", to keep the
+    # order); that delivery counts toward max_deliver too
     assert flaky.attempts["flaky"] == 2 and flaky.attempts["doomed"] == 2
-    # per-agent order: "after" waited for "doomed" to settle (nacked together, never overtook)
+    # per-agent order: "after" never overtook "flaky"
     assert [r.message_id for r in collector.results] == ["flaky", "after"]
     (headers, body), = run_async(_dead_letters(nats_url, prefix))
     assert body["stage"] == "processing" and body["deliveries"] == 3 and "database unavailable" in body["reason"]

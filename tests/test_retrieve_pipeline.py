@@ -1,6 +1,7 @@
 """The read pipeline end to end against real PostgreSQL + pgvector: the spec's worked
 examples, skip without DB, determinism, bi-temporal visibility, fail-safe reranking."""
 
+# ruff: noqa: F811  (pytest fixtures imported from test_retrieve_support)
 from __future__ import annotations
 
 import time

@@ -1,5 +1,6 @@
 """Tenant isolation (property-based), hostile queries and config validation on the real DB."""
 
+# ruff: noqa: F811  (pytest fixtures imported from test_retrieve_support)
 from __future__ import annotations
 
 import uuid

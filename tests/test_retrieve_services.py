@@ -6,6 +6,7 @@ real pipeline; ``facts_as_of``/``history`` read ``mem_facts``; ``write`` records
 in ``mem_messages``. Every method hits PostgreSQL — nothing here fakes the database.
 """
 
+# ruff: noqa: F811  (pytest fixtures imported from test_retrieve_support)
 from __future__ import annotations
 
 import json

@@ -40,68 +40,65 @@ class RetrieveConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     # result sizes
-    topk_facts: int = Field(20, ge=0, le=500)
-    topk_events: int = Field(8, ge=0, le=200)
-    topk_patterns: int = Field(5, ge=0, le=100, description="(engramdb)")
+    topk_facts: int = Field(default=20, ge=0, le=500)
+    topk_events: int = Field(default=8, ge=0, le=200)
+    topk_patterns: int = Field(default=5, ge=0, le=100, description="(engramdb)")
     # filters
-    min_confidence: float = Field(0.55, ge=0.0, le=1.0)
-    min_similarity: float = Field(
-        0.20,
+    min_confidence: float = Field(default=0.55, ge=0.0, le=1.0)
+    min_similarity: float = Field(default=0.20,
         ge=0.0,
         le=1.0,
         description="on the calibrated scale: cosine rescaled so the model's noise floor is 0",
     )
-    similarity_floor: float | None = Field(
-        None,
+    similarity_floor: float | None = Field(default=None,
         ge=-1.0,
         lt=1.0,
         description="(engramdb) per-model noise floor; None = the embedder's own "
         "(`similarity_floor` attribute / infra SIMILARITY_FLOOR)",
     )
-    min_score: float = Field(0.15, ge=0.0, le=1.0)
+    min_score: float = Field(default=0.15, ge=0.0, le=1.0)
     # ranking
     score_weights: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_SCORE_WEIGHTS))
     signal_weights: dict[str, float] = Field(
         default_factory=lambda: dict(DEFAULT_SIGNAL_WEIGHTS), description="(engramdb)"
     )
-    recency_half_life_days: float = Field(14.0, gt=0.0)
-    confidence_half_life_days: float = Field(180.0, gt=0.0, description="(engramdb)")
-    confidence_decay_floor: float = Field(
-        0.80, ge=0.0, le=1.0, description="(engramdb) confidence never decays below this share"
+    recency_half_life_days: float = Field(default=14.0, gt=0.0)
+    confidence_half_life_days: float = Field(default=180.0, gt=0.0, description="(engramdb)")
+    confidence_decay_floor: float = Field(default=0.80, ge=0.0, le=1.0, description="(engramdb) confidence never decays below this share"
     )
-    pattern_boost_max: float = Field(0.10, ge=0.0, le=1.0)
+    pattern_boost_max: float = Field(default=0.10, ge=0.0, le=1.0)
     # candidate generation (engramdb)
-    candidate_pool: int = Field(60, ge=1, le=2000, description="(engramdb) per-signal limit")
-    hnsw_ef_search: int = Field(100, ge=1, le=1000, description="(engramdb)")
-    max_query_chars: int = Field(2000, ge=16, le=100_000, description="(engramdb)")
-    keyword_max_words: int = Field(5, ge=0, le=20)
-    keyword_min_word_len: int = Field(3, ge=1, le=20, description="words longer than 2 chars")
+    candidate_pool: int = Field(default=60, ge=1, le=2000, description="(engramdb) per-signal limit")
+    hnsw_ef_search: int = Field(default=100, ge=1, le=1000, description="(engramdb)")
+    max_query_chars: int = Field(default=2000, ge=16, le=100_000, description="(engramdb)")
+    keyword_max_words: int = Field(default=5, ge=0, le=20)
+    keyword_min_word_len: int = Field(default=3, ge=1, le=20, description="words longer than 2 chars")
     # graph signal
-    graph_hops: int = Field(2, ge=0, le=4)
+    graph_hops: int = Field(default=2, ge=0, le=4)
     graph_hop_decay: list[float] = Field(default_factory=lambda: [1.0, 1.0, 0.5, 0.25, 0.125])
-    graph_query_bonus: float = Field(1.5, ge=1.0, le=5.0)
-    graph_facts_per_entity: int = Field(20, ge=1, le=500, description="(engramdb)")
-    graph_neighbours_per_entity: int = Field(10, ge=1, le=500, description="(engramdb)")
-    broad_query_multiplier: int = Field(3, ge=1, le=20, description="(engramdb)")
-    planner_expansion_limit: int = Field(5, ge=0, le=100, description="(engramdb)")
+    graph_query_bonus: float = Field(default=1.5, ge=1.0, le=5.0)
+    graph_facts_per_entity: int = Field(default=20, ge=1, le=500, description="(engramdb)")
+    graph_neighbours_per_entity: int = Field(default=5, ge=1, le=500, description="(engramdb)")
+    broad_query_multiplier: int = Field(default=3, ge=1, le=20, description="(engramdb)")
+    planner_expansion_limit: int = Field(default=5, ge=0, le=100, description="(engramdb)")
     # enhance
-    spreading_activation_hops: int = Field(2, ge=0, le=4)
-    spreading_decay_factor: float = Field(0.50, ge=0.0, le=1.0)
-    spreading_facts_per_entity: int = Field(3, ge=0, le=100)
-    spreading_max_related_entities: int = Field(5, ge=0, le=100)
-    spreading_seed_facts: int = Field(5, ge=0, le=100, description="(engramdb)")
+    spreading_activation_hops: int = Field(default=2, ge=0, le=4)
+    spreading_decay_factor: float = Field(default=0.50, ge=0.0, le=1.0)
+    spreading_facts_per_entity: int = Field(default=3, ge=0, le=100)
+    spreading_max_related_entities: int = Field(default=5, ge=0, le=100)
+    spreading_seed_facts: int = Field(default=5, ge=0, le=100, description="(engramdb)")
     # rerank
     enable_reranker: bool = True
-    reranker_weight: float = Field(0.70, ge=0.0, le=1.0)
-    min_reranker_score: float = Field(0.10, ge=0.0, le=1.0)
-    reranker_timeout_sec: float = Field(5.0, gt=0.0, le=600.0)
-    rerank_events: bool = Field(True, description="(engramdb) judge conversations too")
+    reranker_weight: float = Field(default=0.70, ge=0.0, le=1.0)
+    min_reranker_score: float = Field(default=0.10, ge=0.0, le=1.0)
+    reranker_timeout_sec: float = Field(default=5.0, gt=0.0, le=600.0)
+    rerank_events: bool = Field(default=True, description="(engramdb) judge conversations too")
     # format
-    context_max_tokens: int = Field(2000, ge=0, le=200_000)
-    hot_tier_ratio: float = Field(0.50, ge=0.0, le=1.0)
-    warm_tier_ratio: float = Field(0.30, ge=0.0, le=1.0)
-    event_max_chars: int = Field(300, ge=10, le=10_000)
-    event_show_speaker: bool = Field(False, description="(engramdb) '(date) Speaker: text'")
+    context_max_tokens: int = Field(default=2000, ge=0, le=200_000)
+    hot_tier_ratio: float = Field(default=0.50, ge=0.0, le=1.0)
+    warm_tier_ratio: float = Field(default=0.30, ge=0.0, le=1.0)
+    event_max_chars: int = Field(default=300, ge=10, le=10_000)
+    event_show_speaker: bool = Field(default=False, description="(engramdb) '(date) Speaker: text'")
 
     @model_validator(mode="after")
     def _check(self) -> RetrieveConfig:

@@ -24,7 +24,7 @@ class PlannedEntity(BaseModel):
     display_name: str
     source: EntitySource
     matched: str = Field("", description="the query n-gram (deterministic) or the neighbour's seed")
-    in_query: bool = Field(False, description="its name/alias occurs in the query (graph query_bonus)")
+    in_query: bool = Field(default=False, description="its name/alias occurs in the query (graph query_bonus)")
 
 
 class RetrievalPlan(BaseModel):
@@ -76,9 +76,9 @@ class RetrieveRequest(BaseModel):
 
     agent_id: str = Field(min_length=1, max_length=200, pattern=r"^[^\x00]+$", description="the tenant")
     query: str = Field(max_length=200_000, description="the question; truncated to max_query_chars")
-    as_of: datetime | None = Field(None, description="bi-temporal: what memory knew and held true at this time")
-    wait_for: int | None = Field(None, ge=0, description="log position to wait for (read-your-writes)")
-    config_overrides: dict[str, Any] | None = Field(None, description="RetrieveConfig fields for this call")
+    as_of: datetime | None = Field(default=None, description="bi-temporal: what memory knew and held true at this time")
+    wait_for: int | None = Field(default=None, ge=0, description="log position to wait for (read-your-writes)")
+    config_overrides: dict[str, Any] | None = Field(default=None, description="RetrieveConfig fields for this call")
 
 
 class RetrieveResult(BaseModel):

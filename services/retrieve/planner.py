@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from domain.keys import fold, slugify
-from services.retrieve.models import PlannedEntity, RetrievalPlan
+from services.retrieve.models import PlannedEntity, PlanReason, RetrievalPlan
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -238,7 +238,7 @@ def build_plan(
         )
         added += 1
     patterns = [f"{p}:%" for p in analysis.aggregation_prefixes if p in lookup.prefixes]
-    reason = "aggregation" if patterns else "broad" if analysis.broad else "deterministic"
+    reason: PlanReason = "aggregation" if patterns else "broad" if analysis.broad else "deterministic"
     return RetrievalPlan(
         strategy="multi_signal",
         similarity_query=analysis.query,
@@ -259,20 +259,26 @@ def load_lookup(conn: Any, agent_id: str, analysis: QueryAnalysis, as_of: dateti
     grams = sorted({text for _, _, text in analysis.ngrams})
     if grams:
         slugs = {slugify(g): g for g in grams}
-        rows = conn.execute(
+        params = {"a": agent_id, "grams": grams, "slugs": list(slugs)}
+        rows = conn.execute(  # aliases (display names are aliases too): primary-key lookups
             """
             SELECT a.alias_folded, coalesce(e.merged_into, a.entity_key), coalesce(e.display_name, a.alias)
               FROM mem_aliases a
               LEFT JOIN mem_entities e ON e.agent_id = a.agent_id AND e.entity_key = a.entity_key
              WHERE a.agent_id = %(a)s AND a.alias_folded = ANY(%(grams)s)
-            UNION
-            SELECT NULL, coalesce(e.merged_into, e.entity_key), e.display_name
-              FROM mem_entities e
-             WHERE e.agent_id = %(a)s
-               AND (lower(e.display_name) = ANY(%(grams)s) OR split_part(e.entity_key, ':', 2) = ANY(%(slugs)s))
             """,
-            {"a": agent_id, "grams": grams, "slugs": list(slugs)},
+            params,
         ).fetchall()
+        if not rows:  # names/slugs without an alias row: a scan of the agent's entities
+            rows = conn.execute(
+                """
+                SELECT NULL, coalesce(e.merged_into, e.entity_key), e.display_name
+                  FROM mem_entities e
+                 WHERE e.agent_id = %(a)s
+                   AND (lower(e.display_name) = ANY(%(grams)s) OR split_part(e.entity_key, ':', 2) = ANY(%(slugs)s))
+                """,
+                params,
+            ).fetchall()
         gram_set = set(grams)
         for alias_folded, key, name in rows:
             candidates = {alias_folded} if alias_folded else set()

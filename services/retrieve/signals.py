@@ -255,16 +255,20 @@ def linked_facts(
     conn: Any,
     agent_id: str,
     keys: list[str],
-    per_entity: int,
+    per_entity: int | list[int],
     cfg: RetrieveConfig,
     as_of: datetime | None,
     order: str = "recent",
 ) -> list[tuple[str, str]]:
     """(entity_key, fact_id) for facts that *mention* each entity through the fact↔entity
     link table (not only the primary subject); falls back to ``entity_key`` matching when
-    the agent has no links at all (memories projected before links existed)."""
-    if not keys or per_entity <= 0:
+    the agent has no links at all (memories projected before links existed).
+    ``per_entity`` is one limit for all keys or one per key."""
+    limits = per_entity if isinstance(per_entity, list) else [per_entity] * len(keys)
+    pairs = [(k, n) for k, n in zip(keys, limits, strict=True) if n > 0]
+    if not pairs:
         return []
+    keys, limits = [k for k, _ in pairs], [n for _, n in pairs]
     order_sql = (
         "f.valid_from DESC, f.fact_id"
         if order == "recent"
@@ -280,17 +284,17 @@ def linked_facts(
               JOIN mem_facts f ON f.agent_id = fe.agent_id AND f.fact_id = fe.fact_id
              WHERE fe.agent_id = %(a)s AND fe.entity_key = k.key AND {fact_visibility(as_of)}
                AND f.confidence >= %(minc)s
-             ORDER BY {order_sql} LIMIT %(n)s"""
+             ORDER BY {order_sql} LIMIT k.lim"""
     else:
         inner = f"""
             SELECT f.fact_id, f.valid_from, f.importance, f.reinforcement_count
               FROM mem_facts f
              WHERE f.agent_id = %(a)s AND f.entity_key = k.key AND {fact_visibility(as_of)}
                AND f.confidence >= %(minc)s
-             ORDER BY {order_sql} LIMIT %(n)s"""
+             ORDER BY {order_sql} LIMIT k.lim"""
     rows = conn.execute(
-        f"SELECT k.key, x.fact_id FROM unnest(%(k)s::text[]) AS k(key) CROSS JOIN LATERAL ({inner}) x",
-        {"a": agent_id, "k": keys, "t": as_of, "minc": cfg.min_confidence, "n": per_entity},
+        f"SELECT k.key, x.fact_id FROM unnest(%(k)s::text[], %(n)s::int[]) AS k(key, lim) CROSS JOIN LATERAL ({inner}) x",
+        {"a": agent_id, "k": keys, "t": as_of, "minc": cfg.min_confidence, "n": limits},
     ).fetchall()
     return [(r[0], r[1]) for r in rows]
 
@@ -308,9 +312,13 @@ def graph_facts(
     if not seeds:
         return [], {}
     nodes = bfs(conn, agent_id, seeds, first_edges, cfg.graph_hops, as_of, cfg.graph_neighbours_per_entity)
-    per_entity = cfg.graph_facts_per_entity * (cfg.broad_query_multiplier if broad else 1)
+    # budget: the named entities get graph_facts_per_entity facts, each hop a quarter of the
+    # previous hop's share (20 / 5 / 1 by default), broad queries × broad_query_multiplier
+    base = cfg.graph_facts_per_entity * (cfg.broad_query_multiplier if broad else 1)
+    keys = sorted(nodes)
+    limits = [max(1, base // (4 ** nodes[k].hop)) for k in keys]
     best: dict[str, GraphHit] = {}
-    for key, fact_id in linked_facts(conn, agent_id, sorted(nodes), per_entity, cfg, as_of):
+    for key, fact_id in linked_facts(conn, agent_id, keys, limits, cfg, as_of):
         node = nodes[key]
         edge_recency = 1.0 if node.hop == 0 else floored_decay(anchor, node.edge_seen, cfg.recency_half_life_days)
         bonus = cfg.graph_query_bonus if node.in_query else 1.0
@@ -319,7 +327,8 @@ def graph_facts(
         cur = best.get(fact_id)
         if cur is None or (hit.structural, -hit.node.hop) > (cur.structural, -cur.node.hop):
             best[fact_id] = hit
-    return sorted(best.values(), key=lambda h: (-h.structural, h.fact_id)), nodes
+    hits = sorted(best.values(), key=lambda h: (-h.structural, h.fact_id))
+    return hits[: cfg.candidate_pool * (cfg.broad_query_multiplier if broad else 2)], nodes
 
 
 def decay(anchor: datetime, when: datetime | None, half_life_days: float) -> float:

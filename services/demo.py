@@ -1,0 +1,130 @@
+"""``engramdb demo``: the whole product in one minute, on the embedded default.
+
+Publishes a short conversation onto NATS (JetStream), lets the ingest consumer turn it into
+decisions, then shows the events, the read models, a rebuild, a fact's history, memory "as of"
+a past moment and a few retrievals with their scores.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+from infra.database import resolve_nats
+from infra.settings import load_settings
+from services.ingest import IngestThread, build_ingest_app
+from services.memory import Memory
+from services.messages import ConversationMessage
+from services.publisher import publish_message
+
+CONVERSATION: list[tuple[str, str, str]] = [
+    ("s1", "Ana", "Hi! I'm Ana. I live in Recife and I work at Vertix as a data engineer."),
+    ("s1", "Ana", "My husband Bruno loves football and plays every Sunday."),
+    ("s1", "Ana", "I love hiking in the mountains."),
+    ("s2", "Ana", "Big news: I moved to Porto Alegre last week."),
+    ("s2", "Ana", "I live in Porto Alegre."),
+    ("s2", "Ana", "Eu gosto de chimarrão."),
+]
+AGENT = "demo-ana"
+QUERIES = ["Where does Ana live?", "What does Bruno like?", "Onde a Ana mora?", "oi"]
+
+
+def _line(title: str) -> None:
+    print(f"\n=== {title} " + "=" * max(0, 60 - len(title)))
+
+
+def _publish(nats_url: str, turns: list[tuple[str, str, str]], first: int, results: list) -> None:
+    """Publish turns in order and wait until the ingest consumer has processed them."""
+    expected = set()
+    for i, (session, speaker, text) in enumerate(turns, start=first + 1):
+        message = ConversationMessage(
+            agent_id=AGENT, message_id=f"demo-{i}", session_id=session, speaker=speaker, text=text
+        )
+        publish_message(nats_url, message)
+        expected.add(message.message_id)
+        print(f"  published {message.message_id}: {text}")
+    deadline = time.monotonic() + 120
+    while not expected <= {r.message_id for r in results} and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def run_demo() -> None:
+    global AGENT
+    # a new agent each run, so a second run shows the same story instead of duplicates
+    AGENT = "demo-ana-" + datetime.now(UTC).strftime("%Y%m%d%H%M%S")
+    settings = load_settings()
+    with Memory.open(settings) as memory:
+        nats_url = resolve_nats(settings)
+        _line(f"publishing {len(CONVERSATION)} messages onto NATS ({nats_url})")
+        results: list = []
+        app, _broker = build_ingest_app(nats_url, memory.pipeline, on_result=results.append)
+        with IngestThread(app):
+            # the first session, then a moment to ask "as of" later, then the second session
+            _publish(nats_url, CONVERSATION[:3], 0, results)
+            before_move = datetime.now(UTC)
+            time.sleep(0.05)
+            _publish(nats_url, CONVERSATION[3:], 3, results)
+        position = max((r.position for r in results), default=None)
+        memory.wait_for_projections(position)
+
+        _line("decisions, per message")
+        for result in sorted(results, key=lambda r: r.message_id):
+            kinds = ", ".join(f"{d.kind} {d.text or d.entity_key}" for d in result.decisions)
+            note = " (already processed)" if result.duplicate else ""
+            print(f"  {result.message_id}{note}: {kinds or 'nothing to remember'}")
+
+        _line("events in the log (agent aggregate)")
+        for entry in memory.history(AGENT):
+            print(
+                f"  v{entry.version:<3} {entry.event:<20} {entry.fact_id or entry.entity_key or ''}"
+                f" {entry.text or ''}"[:110]
+            )
+
+        _line("read models: active facts and entities")
+        with memory.pool.connection() as conn:
+            for row in conn.execute(
+                "SELECT fact_id, status, reinforcement_count, fact_text FROM mem_facts "
+                "WHERE agent_id = %s ORDER BY valid_from, fact_id",
+                (AGENT,),
+            ):
+                print(f"  {row[0]} {row[1]:<10} x{row[2]} {row[3]}")
+            for row in conn.execute(
+                "SELECT entity_key, display_name FROM mem_entities WHERE agent_id = %s "
+                "ORDER BY entity_key",
+                (AGENT,),
+            ):
+                print(f"  entity {row[0]} ({row[1]})")
+            updated = conn.execute(
+                "SELECT fact_id FROM mem_facts WHERE agent_id = %s AND supersedes_fact_id IS NOT NULL "
+                "ORDER BY valid_from LIMIT 1",
+                (AGENT,),
+            ).fetchone()
+
+        _line("rebuild every read model from the log (no LLM, no re-embedding)")
+        report = memory.rebuild()
+        print(f"  {report.model_dump_json()}")
+
+        if updated is not None:
+            _line(f"history of fact {updated[0]}")
+            for entry in memory.history(AGENT, updated[0]):
+                print(
+                    f"  {entry.decision:<8} {entry.fact_id} {entry.text or ''} "
+                    f"(message {entry.message_id}, by {entry.decided_by.get('extractor')})"
+                )
+
+        _line(
+            f"facts as of {before_move.isoformat(timespec='seconds')}, before the move (from the log)"
+        )
+        for fact in memory.facts_as_of(AGENT, before_move):
+            print(f"  {fact.fact_id} {fact.text}")
+        _line("retrieve 'Where does Ana live?' as of that moment")
+        print(memory.retrieve(AGENT, "Where does Ana live?", as_of=before_move).context)
+
+        for query in QUERIES:
+            _line(f"retrieve: {query!r}")
+            result = memory.retrieve(AGENT, query)
+            print(
+                result.context or f"  (nothing: plan={result.plan.strategy}/{result.plan.reason})"
+            )
+            for fact in result.facts:
+                print(f"  score {fact.score:.3f} {fact.fact_text}")
