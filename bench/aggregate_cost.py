@@ -51,10 +51,18 @@ def bench_schema(prefix: str) -> Iterator[tuple[str, dict[str, str]]]:
 
 def fact(fid: str, i: int, msg: str) -> dict[str, Any]:
     return {
-        "fact_id": fid, "entity_key": "person:user", "linked_entities": [],
-        "attribute_key": None, "text": f"the user said thing number {i}", "category": "general",
-        "confidence": 0.8, "importance": 0.5, "source_message_id": msg, "speaker": "user",
-        "valid_from": T0 + timedelta(seconds=i), "decided_by": BY,
+        "fact_id": fid,
+        "entity_key": "person:user",
+        "linked_entities": [],
+        "attribute_key": None,
+        "text": f"the user said thing number {i}",
+        "category": "general",
+        "confidence": 0.8,
+        "importance": 0.5,
+        "source_message_id": msg,
+        "speaker": "user",
+        "valid_from": T0 + timedelta(seconds=i),
+        "decided_by": BY,
     }
 
 
@@ -73,8 +81,15 @@ def grow(app: MemoryApplication, agent: str, facts: int, batch: int = 1000) -> N
 def one_message(app: MemoryApplication, agent: str, k: int) -> float:
     started = time.perf_counter()
     mem = app.agent_memory(agent)
-    rec = MessageRecord(agent_id=agent, message_id=f"bench-{k}", session_id=None,
-                        speaker="user", text=f"message {k}", occurred_at=T0, metadata={})
+    rec = MessageRecord(
+        agent_id=agent,
+        message_id=f"bench-{k}",
+        session_id=None,
+        speaker="user",
+        text=f"message {k}",
+        occurred_at=T0,
+        metadata={},
+    )
     for j in range(3):
         mem.add_fact(fact(f"b{k}-{j}", 10_000_000 + k * 3 + j, f"bench-{k}"))
     rec.complete({"extractor": "bench"}, {}, None, None, 0, {"ADD": 3})
@@ -118,7 +133,9 @@ def main() -> None:
     print(f"  at 100 facts:    {at_small * 1000:.2f} ms")
     print(f"  at {args.facts} facts: {at_large * 1000:.2f} ms")
     print(f"  ratio: {at_large / at_small:.2f}x (target <= 2x)")
-    print(f"  cold load of the {args.facts}-fact agent (snapshot + tail): {cold_load * 1000:.0f} ms")
+    print(
+        f"  cold load of the {args.facts}-fact agent (snapshot + tail): {cold_load * 1000:.0f} ms"
+    )
 
 
 if __name__ == "__main__":

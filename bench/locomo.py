@@ -495,7 +495,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--database-url", default=None, help="external PostgreSQL (default: throwaway embedded)"
     )
-    p.add_argument("--nats-url", default=None, help="external NATS (default: embedded)")
     p.add_argument(
         "--data-dir", type=Path, default=None, help="embedded servers' dir (default: temp, removed)"
     )
@@ -512,17 +511,19 @@ def _settings(args: argparse.Namespace, data_dir: Path | None) -> Any:
         overrides["embedding_threads"] = args.threads
     if args.database_url:
         overrides["database_url"] = args.database_url
-    if args.nats_url:
-        overrides["nats_url"] = args.nats_url
     if data_dir is not None:
         overrides["data_dir"] = data_dir
     return Settings(**overrides)
 
 
 def _open_memory(settings: Any, embedder: Any, extractor: Any) -> Any:
+    """Observations mode runs with no LLM at all (entity resolution included), so it is
+    deterministic and offline; configured mode uses whatever the settings configure."""
     from services.memory import Memory
 
-    return Memory.open(settings, embedder=embedder, extractor=extractor)
+    if extractor is not None:
+        return Memory.open(settings, llm=None, embedder=embedder, extractor=extractor)
+    return Memory.open(settings, embedder=embedder)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -62,63 +62,146 @@ def unit(rows: np.ndarray) -> np.ndarray:
     return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
 
 
-def load_agent(conn: psycopg.Connection, agent: str, n: int, rng: np.random.Generator, centroids: np.ndarray,
-               vocab: list[str]) -> list[str]:
+def load_agent(
+    conn: psycopg.Connection,
+    agent: str,
+    n: int,
+    rng: np.random.Generator,
+    centroids: np.ndarray,
+    vocab: list[str],
+) -> list[str]:
     """Insert ``n`` facts (+ entities, aliases, links, relationships, n/2 messages); returns entity names."""
     from pgvector.psycopg import register_vector
 
     register_vector(conn)
     n_entities = max(10, n // 20)
-    names = [f"{vocab[i % len(vocab)].title()} {vocab[(i * 7 + 3) % len(vocab)].title()}{i}" for i in range(n_entities)]
+    names = [
+        f"{vocab[i % len(vocab)].title()} {vocab[(i * 7 + 3) % len(vocab)].title()}{i}"
+        for i in range(n_entities)
+    ]
     keys = [f"person:e{i}" for i in range(n_entities)]
     with conn.cursor() as cur:
-        with cur.copy("COPY mem_entities (agent_id, entity_key, display_name, entity_type, created_at) FROM STDIN") as cp:
+        with cur.copy(
+            "COPY mem_entities (agent_id, entity_key, display_name, entity_type, created_at) FROM STDIN"
+        ) as cp:
             for key, name in zip(keys, names, strict=True):
                 cp.write_row((agent, key, name, "person", T0))
-        with cur.copy("COPY mem_aliases (agent_id, alias_folded, alias, entity_key) FROM STDIN") as cp:
+        with cur.copy(
+            "COPY mem_aliases (agent_id, alias_folded, alias, entity_key) FROM STDIN"
+        ) as cp:
             for key, name in zip(keys, names, strict=True):
                 cp.write_row((agent, name.lower(), name, key))
-        pairs = {(int(a), int(b)) for a, b in rng.integers(0, n_entities, size=(n_entities * 2, 2)) if a != b}
-        with cur.copy("COPY mem_relationships (agent_id, source_key, target_key, relation_type, strength,"
-                      " first_seen_at, last_seen_at) FROM STDIN") as cp:
+        pairs = {
+            (int(a), int(b))
+            for a, b in rng.integers(0, n_entities, size=(n_entities * 2, 2))
+            if a != b
+        }
+        with cur.copy(
+            "COPY mem_relationships (agent_id, source_key, target_key, relation_type, strength,"
+            " first_seen_at, last_seen_at) FROM STDIN"
+        ) as cp:
             for a, b in sorted(pairs):
-                cp.write_row((agent, keys[a], keys[b], "knows", float(rng.integers(1, 4)), T0 - timedelta(days=90),
-                              T0 - timedelta(days=int(rng.integers(0, 90)))))
+                cp.write_row(
+                    (
+                        agent,
+                        keys[a],
+                        keys[b],
+                        "knows",
+                        float(rng.integers(1, 4)),
+                        T0 - timedelta(days=90),
+                        T0 - timedelta(days=int(rng.integers(0, 90))),
+                    )
+                )
         topic = rng.integers(0, len(centroids), size=n)
-        vectors = unit(centroids[topic] + rng.normal(size=(n, DIM)).astype(np.float32) * (1.1 / np.sqrt(DIM)))
+        vectors = unit(
+            centroids[topic] + rng.normal(size=(n, DIM)).astype(np.float32) * (1.1 / np.sqrt(DIM))
+        )
         subject = rng.integers(0, n_entities, size=n)
         other = rng.integers(0, n_entities, size=n)
         ages = rng.integers(0, 365, size=n)
         words = rng.integers(0, len(vocab), size=(n, 6))
-        with cur.copy("COPY mem_facts (agent_id, fact_id, entity_key, fact_text, confidence, importance,"
-                      " reinforcement_count, valid_from, recorded_at, embedding) FROM STDIN WITH (FORMAT BINARY)") as cp:
-            cp.set_types(["text", "text", "text", "text", "float4", "float4", "int4", "timestamptz", "timestamptz", "vector"])
+        with cur.copy(
+            "COPY mem_facts (agent_id, fact_id, entity_key, fact_text, confidence, importance,"
+            " reinforcement_count, valid_from, recorded_at, embedding) FROM STDIN WITH (FORMAT BINARY)"
+        ) as cp:
+            cp.set_types(
+                [
+                    "text",
+                    "text",
+                    "text",
+                    "text",
+                    "float4",
+                    "float4",
+                    "int4",
+                    "timestamptz",
+                    "timestamptz",
+                    "vector",
+                ]
+            )
             for i in range(n):
                 text = names[subject[i]] + " " + " ".join(vocab[w] for w in words[i])
                 when = T0 - timedelta(days=int(ages[i]))
-                cp.write_row((agent, f"f{i}", keys[subject[i]], text, 0.9, 0.5, int(i % 5 == 0), when, when, vectors[i]))
-        with cur.copy("COPY mem_fact_entities (agent_id, fact_id, entity_key, is_primary) FROM STDIN") as cp:
+                cp.write_row(
+                    (
+                        agent,
+                        f"f{i}",
+                        keys[subject[i]],
+                        text,
+                        0.9,
+                        0.5,
+                        int(i % 5 == 0),
+                        when,
+                        when,
+                        vectors[i],
+                    )
+                )
+        with cur.copy(
+            "COPY mem_fact_entities (agent_id, fact_id, entity_key, is_primary) FROM STDIN"
+        ) as cp:
             for i in range(n):
                 cp.write_row((agent, f"f{i}", keys[subject[i]], True))
                 if other[i] != subject[i]:
                     cp.write_row((agent, f"f{i}", keys[other[i]], False))
         m = n // 2
-        mvec = unit(centroids[rng.integers(0, len(centroids), size=m)] + rng.normal(size=(m, DIM)).astype(np.float32) * (1.1 / np.sqrt(DIM)))
-        cols = ["agent_id", "message_id", "session_id", "speaker", "text", "occurred_at", "recorded_at", "embedding"]
+        mvec = unit(
+            centroids[rng.integers(0, len(centroids), size=m)]
+            + rng.normal(size=(m, DIM)).astype(np.float32) * (1.1 / np.sqrt(DIM))
+        )
+        cols = [
+            "agent_id",
+            "message_id",
+            "session_id",
+            "speaker",
+            "text",
+            "occurred_at",
+            "recorded_at",
+            "embedding",
+        ]
         types = ["text", "text", "text", "text", "text", "timestamptz", "timestamptz", "vector"]
         has_record = conn.execute(
             "SELECT 1 FROM information_schema.columns WHERE table_name = 'mem_messages' AND column_name = 'record_id'"
-            " AND table_schema = current_schema()").fetchone()
+            " AND table_schema = current_schema()"
+        ).fetchone()
         if has_record:
             cols.append("record_id")
             types.append("uuid")
-        with cur.copy(f"COPY mem_messages ({', '.join(cols)}) FROM STDIN WITH (FORMAT BINARY)") as cp:
+        with cur.copy(
+            f"COPY mem_messages ({', '.join(cols)}) FROM STDIN WITH (FORMAT BINARY)"
+        ) as cp:
             cp.set_types(types)
             mw = rng.integers(0, len(vocab), size=(m, 12))
             for i in range(m):
                 when = T0 - timedelta(days=int(i % 365), minutes=i)
-                row: list[Any] = [agent, f"m{i}", "s", "user", names[i % n_entities] + " " + " ".join(vocab[w] for w in mw[i]),
-                                  when, when, mvec[i]]
+                row: list[Any] = [
+                    agent,
+                    f"m{i}",
+                    "s",
+                    "user",
+                    names[i % n_entities] + " " + " ".join(vocab[w] for w in mw[i]),
+                    when,
+                    when,
+                    mvec[i],
+                ]
                 if has_record:
                     row.append(uuid.uuid4())
                 cp.write_row(row)
@@ -182,14 +265,20 @@ def main(argv: Sequence[str] | None = None) -> None:
                 conn.execute(stmt)
             conn.execute("ANALYZE")
             index_s = time.perf_counter() - start
-        print(f"loaded {total} facts (+{total // 2} messages) in {load_s:.1f}s; HNSW + ANALYZE {index_s:.1f}s")
-        print(f"pg_trgm: {'yes' if trgm else 'no (keyword search is a scan of the agent rows)'}")
+        print(
+            f"loaded {total} facts (+{total // 2} messages) in {load_s:.1f}s; HNSW + ANALYZE {index_s:.1f}s"
+        )
+        print(f"keyword candidates: {'pg_trgm' if trgm else 'to_tsvector GIN (no pg_trgm)'}")
 
         embedder = PrecomputedEmbedder()
-        pool = ConnectionPool(url, min_size=6, max_size=8, kwargs={"options": f"-c search_path={schema},public"})
+        pool = ConnectionPool(
+            url, min_size=6, max_size=8, kwargs={"options": f"-c search_path={schema},public"}
+        )
         pool.wait()
         retriever = Retriever(pool, embedder, config=None)
-        print(f"\n{'facts':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'mean':>7}  facts/q  stage share (sum of stage times)")
+        print(
+            f"\n{'facts':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'mean':>7}  facts/q  stage share (sum of stage times)"
+        )
         for size in sizes:
             agent = f"bench-{size}"
             qrng = np.random.default_rng(size)
@@ -197,7 +286,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             for i in range(args.queries):
                 name = names[agent][int(qrng.integers(0, len(names[agent])))]
                 text = f"What about {name} and {vocab[int(qrng.integers(0, len(vocab)))]} q{i}?"
-                vec = unit(centroids[int(qrng.integers(0, len(centroids)))][None, :] + qrng.normal(size=(1, DIM)).astype(np.float32) * (1.1 / np.sqrt(DIM)))[0]
+                vec = unit(
+                    centroids[int(qrng.integers(0, len(centroids)))][None, :]
+                    + qrng.normal(size=(1, DIM)).astype(np.float32) * (1.1 / np.sqrt(DIM))
+                )[0]
                 embedder.vectors[text] = vec.tolist()
                 queries.append(text)
             for text in queries[:10]:  # warm-up: caches, prepared statements, pool
@@ -213,9 +305,15 @@ def main(argv: Sequence[str] | None = None) -> None:
                     stages.setdefault(key, []).append(value)
             means = {k: statistics.fmean(v) for k, v in stages.items()}
             total_stage = sum(means.values()) or 1.0
-            share = ", ".join(f"{k} {100 * v / total_stage:.0f}%" for k, v in sorted(means.items(), key=lambda kv: -kv[1]) if v / total_stage >= 0.02)
-            print(f"{size:>8} {percentile(durations, 50):8.1f} {percentile(durations, 95):8.1f} {percentile(durations, 99):8.1f}"
-                  f" {statistics.fmean(durations):7.1f}  {statistics.fmean(nfacts):6.1f}   {share}")
+            share = ", ".join(
+                f"{k} {100 * v / total_stage:.0f}%"
+                for k, v in sorted(means.items(), key=lambda kv: -kv[1])
+                if v / total_stage >= 0.02
+            )
+            print(
+                f"{size:>8} {percentile(durations, 50):8.1f} {percentile(durations, 95):8.1f} {percentile(durations, 99):8.1f}"
+                f" {statistics.fmean(durations):7.1f}  {statistics.fmean(nfacts):6.1f}   {share}"
+            )
         retriever.close()
         pool.close()
 
@@ -230,13 +328,17 @@ def main(argv: Sequence[str] | None = None) -> None:
                     t = time.perf_counter()
                     emb.embed_query(f"Where does Marcos Tavares live now, question {i}?")
                     times.append((time.perf_counter() - t) * 1000)
-                print(f"  {emb.model_id:>16}: p50 {percentile(times, 50):.1f} ms, p95 {percentile(times, 95):.1f} ms")
+                print(
+                    f"  {emb.model_id:>16}: p50 {percentile(times, 50):.1f} ms, p95 {percentile(times, 95):.1f} ms"
+                )
         except Exception as exc:  # the offline model is optional for this bench
             print(f"  offline embedder unavailable: {exc}")
     finally:
         if not args.keep:
             with psycopg.connect(url, autocommit=True) as conn:
-                conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+                conn.execute(
+                    sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
+                )
         if handle is not None:
             handle.stop()
         if tmp is not None:

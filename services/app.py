@@ -4,7 +4,9 @@ Thin on purpose: the aggregates decide; this class only stores. Two things diffe
 library's defaults, both so that saving a message's decisions costs the same at 50k facts as
 at 100 (ADR-0004):
 - the aggregate cache is on and returns the cached object itself (no deepcopy of a large
-  state per message); callers serialise writes per agent and evict on a failed save;
+  state per message) without asking the store for newer events first (no fast-forward):
+  callers serialise writes per agent, and a save that conflicts because another process
+  wrote meanwhile evicts the cached object, reloads and re-decides;
 - snapshots are taken from the in-memory aggregate just saved, not by replaying the log.
 """
 
@@ -24,7 +26,7 @@ from domain.keys import agent_aggregate_id, message_record_id
 APPLICATION_NAME = "engramdb"
 DEFAULT_ENV: dict[str, str] = {
     "AGGREGATE_CACHE_MAXSIZE": "2000",
-    "AGGREGATE_CACHE_FASTFORWARD": "y",
+    "AGGREGATE_CACHE_FASTFORWARD": "n",  # a stale cache only costs a conflict + reload
     "DEEPCOPY_FROM_AGGREGATE_CACHE": "n",
     "IS_SNAPSHOTTING_ENABLED": "y",
 }

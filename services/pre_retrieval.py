@@ -232,7 +232,7 @@ class PreRetrieval:
 
     def _within_budget(self, entities: list[KnownEntity], facts: list[KnownFact]) -> PreRetrievalResult:
         used = 0
-        kept_entities = []
+        kept_entities: list[KnownEntity] = []
         for ent in entities:
             cost = _approx_tokens(f"{ent.entity_key} {ent.display_name} {' '.join(ent.aliases)}")
             cost += _approx_tokens(ent.profile_text)
@@ -240,7 +240,7 @@ class PreRetrieval:
                 break
             kept_entities.append(ent)
             used += cost
-        kept_facts = []
+        kept_facts: list[KnownFact] = []
         for fact in facts:
             cost = _approx_tokens(f"[{fact.fact_id}] ({fact.entity_key}) {fact.text}")
             if used + cost > self.token_budget:

@@ -29,6 +29,7 @@ from services.messages import (
     message_subject,
     messages_stream_name,
 )
+from services.pre_retrieval import PreRetrieval
 from services.publisher import MessagePublisher, publish_cli, publish_message
 from services.write import WritePipeline, WriteResult
 
@@ -108,42 +109,53 @@ def start_ingest(nats_url: str, pipeline: Any, prefix: str, collector: Collector
 
 
 def test_published_message_becomes_events_and_facts(
-    app: MemoryApplication, es_env: dict[str, str], nats_url: str, pg_url: str, prefix: str, agent_id: str
+    fresh_schema: Any, nats_url: str, pg_url: str, prefix: str, agent_id: str
 ) -> None:
-    text = "I adopted a cat named Mia."
+    """publish → ingest → events → projection → the next message's extraction sees the fact."""
+    if importlib.util.find_spec("projections.runner") is None:
+        pytest.skip("projections.runner not available")
+    import psycopg
+
+    from infra.providers.scripted import HashEmbedder
+    from projections.runner import ProjectionSet
+
+    schema, es_env = fresh_schema("ingest")  # own event store: the projectors replay only this test
+    app = MemoryApplication(es_env)
+    first, second = "I adopted a cat named Mia.", "Mia is sick today."
     extractor, llm = scripted_extractor(
-        {text: extraction_json(fact("Ana adopted a cat named Mia", mentions=["Mia"]),
-                               entities=[("Ana", "person"), ("Mia", "pet")])}
+        {
+            first: extraction_json(fact("Ana adopted a cat named Mia", mentions=["Mia"]),
+                                   entities=[("Ana", "person"), ("Mia", "pet")]),
+            second: extraction_json(fact("Mia is sick", entity="Mia"), entities=[("Mia", "pet")]),
+        }
     )
-    pipeline = WritePipeline(app, extractor)
+    pre = PreRetrieval(pg_url, schema=schema)
+    pipeline = WritePipeline(app, extractor, pre_retrieval=pre)
     collector = Collector()
+    projections = ProjectionSet.start(MemoryApplication, es_env, HashEmbedder())
     runner = start_ingest(nats_url, pipeline, prefix, collector)
     try:
-        report = publish_cli(nats_url, agent_id, text, message_id="m-1", speaker="Ana", prefix=prefix)
+        report = publish_cli(nats_url, agent_id, first, message_id="m-1", speaker="Ana", prefix=prefix)
         assert "m-1" in report and messages_stream_name(prefix) in report
-        wait_until(lambda: len(collector.results) == 1, what="the message to be processed")
+        wait_until(lambda: len(collector.results) == 1, what="the first message to be processed")
+        projections.wait(collector.results[0].position, timeout=30)
+        with psycopg.connect(pg_url, options=f"-c search_path={schema},public") as conn:
+            rows = conn.execute(
+                "SELECT fact_id, fact_text FROM mem_facts WHERE agent_id = %s AND valid_to IS NULL", (agent_id,)
+            ).fetchall()
+        assert [r[1] for r in rows] == ["Ana adopted a cat named Mia"]
+
+        publish_cli(nats_url, agent_id, second, message_id="m-2", speaker="Ana", prefix=prefix)
+        wait_until(lambda: len(collector.results) == 2, what="the second message to be processed")
     finally:
         runner.stop()
-    result = collector.results[0]
-    assert not result.duplicate and result.llm_calls == 1 and len(llm.calls) == 1
-    assert active_fact_texts(app, agent_id) == ["Ana adopted a cat named Mia"]
-
-    if importlib.util.find_spec("projections.runner") is not None:  # read-your-writes via projections
-        from infra.providers.scripted import HashEmbedder
-        from projections.runner import ProjectionSet
-
-        projections = ProjectionSet.start(MemoryApplication, es_env, HashEmbedder())
-        try:
-            projections.wait(result.position, timeout=30)
-            import psycopg
-
-            with psycopg.connect(pg_url) as conn:
-                rows = conn.execute(
-                    "SELECT fact_text FROM mem_facts WHERE agent_id = %s AND valid_to IS NULL", (agent_id,)
-                ).fetchall()
-            assert [r[0] for r in rows] == ["Ana adopted a cat named Mia"]
-        finally:
-            projections.stop()
+        projections.stop()
+        pre.close()
+    assert [r.llm_calls for r in collector.results] == [1, 1] and len(llm.calls) == 2
+    prompt = llm.calls[1].messages[-1]["content"]
+    assert rows[0][0] in prompt and "pet:mia" in prompt  # pre-retrieval read the projections
+    assert active_fact_texts(app, agent_id) == ["Ana adopted a cat named Mia", "Mia is sick"]
+    app.close()
 
 
 def test_same_message_three_times_gives_one_set_of_decisions(

@@ -343,12 +343,10 @@ def _memory_available() -> bool:
 
 @needs_data
 @pytest.mark.skipif(not _memory_available(), reason="services.memory not there yet")
-def test_smoke_engramdb_observations_on_the_shared_dev_file(
-    tmp_path: Path, pg_url: str, nats_url: str
-) -> None:
+def test_smoke_engramdb_observations_on_the_shared_dev_file(tmp_path: Path, pg_url: str) -> None:
     code = main(
         ["--conversations", "1", "--sessions", "2", "--questions", "5", "--mode", "observations"]
-        + ["--database-url", pg_url, "--nats-url", nats_url, "--out", str(tmp_path)]
+        + ["--database-url", pg_url, "--out", str(tmp_path)]
     )
     assert code == 0
     report = json.loads((tmp_path / "locomo-observations.json").read_text())

@@ -28,7 +28,7 @@ from services.app import MemoryApplication
 from services.extraction import LLMExtractor
 from services.messages import MAX_TEXT_BYTES, ConversationMessage, InvalidMessage, parse_message
 from services.pre_retrieval import PreRetrieval
-from services.write import WriteConfig, WritePipeline
+from services.write import WritePipeline
 
 WHEN = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 
@@ -250,7 +250,7 @@ def test_two_workers_on_one_agent_lose_nothing_and_duplicate_nothing(es_env: dic
         pipeline = WritePipeline(apps[index], extractor)
         order = texts if index == 0 else list(reversed(texts))
         try:
-            for i, text in enumerate(order):
+            for _i, text in enumerate(order):
                 mid = f"m{texts.index(text)}"
                 results.append(pipeline.write(msg(agent_id, text, mid)))
         except BaseException as exc:  # noqa: BLE001

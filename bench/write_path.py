@@ -1,0 +1,227 @@
+"""Write-path benchmark: ``python -m bench.write_path [--messages N] [--agents A]``.
+
+The extractor is the real ``LLMExtractor`` on an INSTANT scripted LLM (a test double that
+returns one canned fact per message), so the figures are engramdb's own overhead, not an
+LLM's latency. Measured:
+
+1. in-process ``WritePipeline.write`` latency per message (p50/p95): record save,
+   aggregate load (cached), prompt building, resolution, reconciliation, atomic commit;
+2. end-to-end throughput through NATS: publish N messages for several agents → ingest app
+   (durable pull consumer, ack after save) → events saved, and → facts visible in the
+   ``mem_facts`` projection (projection runners on the same machine);
+3. LLM calls per message.
+
+Servers: ``ENGRAMDB_DATABASE_URL`` / ``ENGRAMDB_NATS_URL`` if set, else the embedded ones in a
+throwaway data dir. Each run uses a fresh PostgreSQL schema and NATS subject prefix.
+Targets (2-core machine): overhead p50 ≤ 20 ms, ≥ 200 messages/s, 1 LLM call per message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def _instant_llm() -> Any:
+    from infra.providers.scripted import ScriptedLLM
+
+    def answer(messages: Sequence[dict[str, Any]]) -> str:
+        user = messages[-1]["content"]
+        text = user.split('Message:\n"""\n', 1)[1].rsplit('\n"""', 1)[0]
+        return json.dumps({
+            "facts": [{"text": f"Ana said: {text}", "entity": "Ana", "confidence_level": "explicit_statement"}],
+            "entities": [{"name": "Ana", "entity_type": "person"}],
+            "relationships": [],
+        })
+
+    return ScriptedLLM(answer, name="instant-scripted")
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def _servers(tmp: Path) -> tuple[str, str, list[Any]]:
+    from infra.database import ensure_extensions
+
+    handles: list[Any] = []
+    pg_url = os.environ.get("ENGRAMDB_DATABASE_URL")
+    nats_url = os.environ.get("ENGRAMDB_NATS_URL")
+    if not pg_url:
+        from infra.embedded_postgres import ensure_postgres
+
+        handle = ensure_postgres(tmp, fast_unsafe=True)
+        handles.append(handle)
+        pg_url = handle.url
+    if not nats_url:
+        from infra.embedded_nats import ensure_nats
+
+        nats_handle = ensure_nats(tmp)
+        handles.append(nats_handle)
+        nats_url = nats_handle.url
+    ensure_extensions(pg_url)
+    return pg_url, nats_url, handles
+
+
+def bench_in_process(env: dict[str, str], n: int, agents: int) -> dict[str, Any]:
+    from services.app import MemoryApplication
+    from services.extraction import LLMExtractor
+    from services.messages import ConversationMessage
+    from services.write import WritePipeline
+
+    app = MemoryApplication(env)
+    llm = _instant_llm()
+    pipeline = WritePipeline(app, LLMExtractor(llm))
+    ids = [f"bench-inproc-{uuid.uuid4().hex[:6]}-{a}" for a in range(agents)]
+    durations, calls = [], 0
+    try:
+        for i in range(n + 20):
+            message = ConversationMessage(agent_id=ids[i % agents], message_id=f"m{i}", speaker="Ana",
+                                          text=f"Message number {i} about my week.")
+            result = pipeline.write(message)
+            if i >= 20:  # warm-up: first loads, prepared statements
+                durations.append(result.duration_ms)
+                calls += result.llm_calls
+    finally:
+        app.close()
+    return {
+        "messages": n,
+        "overhead_ms_p50": round(statistics.median(durations), 2),
+        "overhead_ms_p95": round(_percentile(durations, 0.95), 2),
+        "llm_calls_per_message": calls / n,
+    }
+
+
+def bench_end_to_end(
+    env: dict[str, str], nats_url: str, n: int, agents: int, with_projections: bool = True, concurrency: int = 4
+) -> dict[str, Any]:
+    from infra.providers.scripted import HashEmbedder
+    from services.app import MemoryApplication
+    from services.extraction import LLMExtractor
+    from services.ingest import IngestThread, build_ingest_app
+    from services.messages import ConversationMessage
+    from services.publisher import MessagePublisher
+    from services.write import WritePipeline, WriteResult
+
+    prefix = f"bench{uuid.uuid4().hex[:8]}"
+    app = MemoryApplication(env)
+    llm = _instant_llm()
+    pipeline = WritePipeline(app, LLMExtractor(llm))
+    results: list[WriteResult] = []
+    done = threading.Event()
+    lock = threading.Lock()
+
+    def on_result(result: WriteResult) -> None:
+        with lock:
+            results.append(result)
+            if len(results) >= n:
+                done.set()
+
+    projections = None
+    if with_projections:
+        try:
+            from projections.runner import ProjectionSet
+
+            projections = ProjectionSet.start(MemoryApplication, env, HashEmbedder())
+        except ImportError:
+            projections = None
+    ingest_app, _ = build_ingest_app(nats_url, pipeline, prefix=prefix, on_result=on_result, batch_size=64,
+                                     max_concurrency=concurrency)
+    runner = IngestThread(ingest_app).start()
+    ids = [f"bench-e2e-{uuid.uuid4().hex[:6]}-{a}" for a in range(agents)]
+    messages = [
+        ConversationMessage(agent_id=ids[i % agents], message_id=f"m{i}", speaker="Ana",
+                            text=f"Message number {i} about my week.")
+        for i in range(n)
+    ]
+
+    async def publish() -> None:
+        async with MessagePublisher(nats_url, prefix) as pub:
+            for start in range(0, n, 200):
+                await pub.publish_many(messages[start : start + 200])
+
+    try:
+        started = time.perf_counter()
+        asyncio.run(publish())
+        published = time.perf_counter() - started
+        if not done.wait(timeout=max(60.0, n / 20)):
+            raise TimeoutError(f"only {len(results)}/{n} messages were processed")
+        saved = time.perf_counter() - started
+        visible = None
+        if projections is not None:
+            projections.wait(max(r.position for r in results), timeout=120)
+            visible = time.perf_counter() - started
+    finally:
+        runner.stop()
+        if projections is not None:
+            projections.stop()
+        app.close()
+    return {
+        "messages": n,
+        "agents": agents,
+        "publish_s": round(published, 3),
+        "events_saved_msgs_per_s": round(n / saved, 1),
+        "facts_visible_msgs_per_s": round(n / visible, 1) if visible else None,
+        "llm_calls_per_message": sum(r.llm_calls for r in results) / n,
+        "duplicates": sum(r.duplicate for r in results),
+        "conflicts": sum(r.conflicts for r in results),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=1000)
+    parser.add_argument("--inproc-messages", type=int, default=300)
+    parser.add_argument("--agents", type=int, default=8)
+    parser.add_argument("--concurrency", type=int, default=4, help="ingest worker threads")
+    parser.add_argument("--no-projections", action="store_true", help="measure ingest alone")
+    args = parser.parse_args(argv)
+
+    import psycopg
+
+    from infra.database import es_env_from_url
+
+    tmp = Path(tempfile.mkdtemp(prefix="engramdb-bench-", dir="/tmp"))
+    pg_url, nats_url, handles = _servers(tmp)
+    schema = f"bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    env = es_env_from_url(pg_url, schema)
+    try:
+        report = {
+            "in_process": bench_in_process(env, args.inproc_messages, args.agents),
+            "end_to_end": bench_end_to_end(env, nats_url, args.messages, args.agents,
+                                           not args.no_projections, args.concurrency),
+        }
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        for handle in handles:
+            handle.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    ip, e2e = report["in_process"], report["end_to_end"]
+    report["targets"] = {
+        "overhead_p50_le_20ms": ip["overhead_ms_p50"] <= 20.0,
+        "throughput_ge_200_msgs_per_s": (e2e["facts_visible_msgs_per_s"] or e2e["events_saved_msgs_per_s"]) >= 200,
+        "one_llm_call_per_message": ip["llm_calls_per_message"] == 1.0 and e2e["llm_calls_per_message"] == 1.0,
+    }
+    print(json.dumps(report, indent=2))
+    return report
+
+
+if __name__ == "__main__":
+    main()
