@@ -31,6 +31,7 @@ from uuid import UUID
 from domain.aggregate import AgentMemory
 
 AsOfAxis = Literal["both", "valid", "transaction"]
+_OPENED: type = AgentMemory.Opened  # type: ignore[attr-defined]
 
 
 @dataclass
@@ -94,7 +95,7 @@ class FactFold:
         return agent
 
     def apply(self, event: Any) -> None:
-        if isinstance(event, AgentMemory.Opened):
+        if isinstance(event, AgentMemory.Opened):  # type: ignore[attr-defined]
             self.agents[event.originator_id] = event.agent_id  # type: ignore[attr-defined]
             return
         name = type(event).__name__
@@ -188,7 +189,7 @@ def facts_as_of(
     """
     events = list(events)
     if axis in ("both", "transaction"):
-        events = [e for e in events if e.timestamp <= t or isinstance(e, AgentMemory.Opened)]
+        events = [e for e in events if e.timestamp <= t or isinstance(e, _OPENED)]
     rows = fold_facts(events, agent_id).values()
     out: list[FactRow] = []
     for row in rows:

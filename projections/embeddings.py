@@ -73,7 +73,7 @@ def fill_cache(curs: Any, embedder: EmbeddingProvider, texts: Iterable[str]) -> 
         vectors = embedder.embed([by_hash[h] for h in chunk])
         if len(vectors) != len(chunk):
             raise ValueError(f"embedder returned {len(vectors)} vectors for {len(chunk)} texts")
-        for h, vector in zip(chunk, vectors, strict=True):
+        for vector in vectors:
             if len(vector) != embedder.dimensions:
                 raise ValueError(
                     f"{embedder.model_id} returned {len(vector)} dims, declares {embedder.dimensions}"

@@ -83,7 +83,7 @@ class ReadModelView(PostgresTrackingRecorder):
         )
         self.trigram = self._has_trigram()
         statements = EMBEDDING_CACHE_DDL + READ_MODEL_META_DDL + self.table_ddl(not bulk)
-        self.sql_create_statements.extend(sql.SQL(s) for s in statements)  # type: ignore[arg-type]
+        self.sql_create_statements.extend(sql.SQL(s) for s in statements)  # type: ignore[arg-type,misc]
         self._handlers: dict[type, Callable[[Any, Any], None]] = {}
 
     @property
