@@ -1,0 +1,75 @@
+"""``engramdb serve``: the long-running services, one process or split by role.
+
+- ``all``: everything in one process on the embedded default (ingest consumer, projectors,
+  NATS request/reply retrieve, HTTP API);
+- ``ingest``: the JetStream consumer and write pipeline only (scale out by agent partition);
+- ``projector``: the read-model projectors only;
+- ``retrieve``: HTTP API + NATS retrieve responder (read replicas; waits on tracking tables
+  for read-your-writes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+import uvicorn
+
+from infra.database import resolve_nats
+from infra.settings import Settings, load_settings
+from services.http_api import create_app
+from services.ingest import IngestThread, build_ingest_app
+from services.memory import Memory
+from services.nats_retrieve import create_retrieve_broker
+
+ROLES = ("all", "ingest", "projector", "retrieve")
+log = logging.getLogger("engramdb.server")
+
+
+def run_server(role: str = "all", settings: Settings | None = None) -> None:
+    if role not in ROLES:
+        raise SystemExit(f"unknown role {role!r}; choose one of {', '.join(ROLES)}")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    settings = settings or load_settings()
+    projectors = role in ("all", "projector")
+    with Memory.open(settings, start_projectors=projectors) as memory:
+        nats_url = resolve_nats(settings) if role != "projector" else None
+        ingest = None
+        if role in ("all", "ingest") and nats_url is not None:
+            app, _broker = build_ingest_app(nats_url, memory.pipeline)
+            ingest = IngestThread(app).start()
+            log.info("ingest consuming %s.messages.> on %s", settings.subject_prefix, nats_url)
+        try:
+            if role in ("all", "retrieve") and nats_url is not None:
+                asyncio.run(_serve_retrieve(memory, nats_url, settings))
+            else:
+                _block_until_signal()
+        finally:
+            if ingest is not None:
+                ingest.stop()
+
+
+async def _serve_retrieve(memory: Memory, nats_url: str, settings: Settings) -> None:
+    broker = create_retrieve_broker(memory, nats_url)
+    await broker.start()
+    log.info("retrieve answering on NATS subject engramdb.retrieve")
+    config = uvicorn.Config(
+        create_app(memory), host=settings.http_host, port=settings.http_port, log_level="info"
+    )
+    try:
+        await uvicorn.Server(config).serve()
+    finally:
+        await broker.stop()
+
+
+def _block_until_signal() -> None:
+    stop = asyncio.Event()
+
+    async def wait() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+
+    asyncio.run(wait())
