@@ -154,6 +154,7 @@ def bench_end_to_end(
             for start in range(0, n, 200):
                 await pub.publish_many(messages[start : start + 200])
 
+    before = dict(pipeline.commits.stats)
     try:
         started = time.perf_counter()
         asyncio.run(publish())
@@ -179,6 +180,9 @@ def bench_end_to_end(
         "llm_calls_per_message": sum(r.llm_calls for r in results) / n,
         "duplicates": sum(r.duplicate for r in results),
         "conflicts": sum(r.conflicts for r in results),
+        # event-store transactions per message (2 without group commit: record, decisions)
+        "store_transactions_per_message": round(
+            (pipeline.commits.stats["transactions"] - before["transactions"]) / n, 3),
     }
 
 

@@ -14,6 +14,13 @@ Why it is shaped like this (ADR-0004):
   aggregate is dropped, fresh state is loaded and resolution + reconciliation run again on
   the *same* extraction: no second extraction call, and LLM resolution answers are memoised.
   If the other writer processed this very message, the result is a duplicate.
+- **Group commit.** Concurrent writers (ingest worker threads) hand their saves to one
+  ``GroupCommit``: whoever finds no commit in progress writes everything queued meanwhile in
+  ONE transaction (records of several messages, decisions of several agents). The store
+  serialises inserts with a table lock anyway, so this turns N waiting transactions into one
+  without changing any message's order of steps (its record is still stored before its
+  extraction). A conflict in a shared transaction re-runs each member's save on its own, so
+  every caller sees exactly the outcome a solo save would have had.
 - **One writer per agent per process.** The application's aggregate cache hands out the
   shared object (no deepcopy, see ``services/app.py``), so writes to one agent are
   serialised by a per-agent lock; different agents proceed in parallel.
@@ -88,6 +95,119 @@ class WriteResult(BaseModel):
     conflicts: int = 0
 
 
+class _Pending:
+    """One caller's save waiting in a ``GroupCommit`` (its events are already collected)."""
+
+    __slots__ = ("events", "aggregates", "wake", "lead", "done", "recordings", "error")
+
+    def __init__(self, events: list[Any], aggregates: list[Any]) -> None:
+        self.events = events
+        self.aggregates = aggregates
+        self.wake = threading.Event()
+        self.lead = False
+        self.done = False
+        self.recordings: list[Any] = []
+        self.error: BaseException | None = None
+
+
+class GroupCommit:
+    """Coalesces concurrent ``app.save`` calls into one event-store transaction.
+
+    Why: every insert into the events table takes a table lock (gap-free notification ids),
+    so concurrent saves queue behind each other anyway; their fixed cost (round trips, lock,
+    commit) dominates a small save. Here the first caller becomes the *leader* and saves,
+    in one transaction, everything queued while the previous transaction ran; the others
+    wait and get their own slice of recordings. Semantics per caller are unchanged: a save
+    returns only once its events are committed, and if the shared transaction conflicts
+    (``RecordConflictError``: one member's aggregate moved on, or a redelivered record),
+    each member is saved alone so only the guilty one sees the conflict. A single writer
+    pays one uncontended lock.
+    """
+
+    def __init__(self, app: MemoryApplication, max_group: int = 128) -> None:
+        self.app = app
+        self.max_group = max_group
+        self._mutex = threading.Lock()
+        self._queue: list[_Pending] = []
+        self._busy = False
+        self.stats = {"saves": 0, "transactions": 0, "split": 0}
+
+    def save(self, *objs: Any) -> list[Any]:
+        """Like ``app.save(*aggregates)``; raises what a solo save of them would raise."""
+        events: list[Any] = []
+        aggregates: list[Any] = []
+        for obj in objs:
+            if obj is None:
+                continue
+            events.extend(obj.collect_events())
+            aggregates.append(obj)
+        item = _Pending(events, aggregates)
+        with self._mutex:
+            self._queue.append(item)
+            if self._busy:
+                lead = False
+            else:
+                self._busy = lead = True
+        if not lead:
+            item.wake.wait()
+        if not item.done:  # leader from the start, or handed the lead by the previous one
+            try:
+                while not item.done:
+                    with self._mutex:
+                        group = self._queue[: self.max_group]
+                        del self._queue[: self.max_group]
+                    self._commit(group)
+            finally:
+                with self._mutex:
+                    if self._queue:
+                        successor = self._queue[0]
+                        successor.lead = True
+                        successor.wake.set()
+                    else:
+                        self._busy = False
+        if item.error is not None:
+            raise item.error
+        return item.recordings
+
+    def _commit(self, group: list[_Pending]) -> None:
+        self.stats["saves"] += len(group)
+        try:
+            if len(group) == 1:
+                self._solo(group[0])
+                return
+            self.stats["transactions"] += 1
+            try:
+                # Pending events were collected already: pass them as events, and the
+                # aggregates (now with nothing pending) so the cache and snapshots see them.
+                recordings = self.app.save(
+                    *[e for p in group for e in p.events], *[a for p in group for a in p.aggregates]
+                )
+            except RecordConflictError:
+                self.stats["split"] += 1
+                for pending in group:
+                    self._solo(pending)
+                return
+            except BaseException as exc:  # storage failure: every member failed alike
+                for pending in group:
+                    pending.error = exc
+                return
+            start = 0
+            for pending in group:
+                pending.recordings = recordings[start : start + len(pending.events)]
+                start += len(pending.events)
+        finally:
+            for pending in group:
+                pending.done = True
+                pending.wake.set()
+
+    def _solo(self, pending: _Pending) -> None:
+        self.stats["transactions"] += 1
+        try:
+            pending.recordings = self.app.save(*pending.events, *pending.aggregates)
+        except BaseException as exc:  # noqa: BLE001 — re-raised in the caller's thread
+            pending.error = exc
+
+
 class _Duplicate(Exception):
     """The message record is already processed (by us earlier, or by another worker)."""
 
@@ -115,18 +235,24 @@ class WritePipeline:
             ambiguous_floor=self.config.ambiguous_floor,
         )
         self._clock = clock
+        self.commits = GroupCommit(app)
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
 
     # ----- public ----------------------------------------------------------------------------
 
-    def write(self, request: WriteRequest | dict[str, Any]) -> WriteResult:
-        """Process one message; idempotent on (agent_id, message_id). Raises only on storage failure."""
+    def write(
+        self, request: WriteRequest | dict[str, Any], *, recorded: MessageRecord | None = None
+    ) -> WriteResult:
+        """Process one message; idempotent on (agent_id, message_id). Raises only on storage failure.
+
+        ``recorded``: the message's record as just saved by ``record_many`` (stage 1 done).
+        """
         if not isinstance(request, ConversationMessage):
             request = ConversationMessage.model_validate(request)
         started = self._clock()
         with self._agent_lock(request.agent_id):
-            result = self._write_locked(request)
+            result = self._write_locked(request, recorded)
         result.duration_ms = (self._clock() - started) * 1000.0
         return result
 
@@ -149,9 +275,9 @@ class WritePipeline:
             agent_id=request.agent_id, message_id=request.message_id, position=position, duplicate=True
         )
 
-    def _record(self, request: ConversationMessage) -> tuple[MessageRecord, bool]:
-        """Stage 1: save the ``Recorded`` event. Returns (record, resumed); raises _Duplicate."""
-        record = MessageRecord(
+    @staticmethod
+    def _new_record(request: ConversationMessage) -> MessageRecord:
+        return MessageRecord(
             agent_id=request.agent_id,
             message_id=request.message_id,
             session_id=request.session_id,
@@ -160,8 +286,41 @@ class WritePipeline:
             occurred_at=request.occurred_at,
             metadata=dict(request.metadata),
         )
+
+    def record_many(self, requests: list[ConversationMessage]) -> list[MessageRecord | None]:
+        """Stage 1 for a batch: save the ``Recorded`` events of several messages in ONE
+        transaction (the ingest records a fetched batch before processing it).
+
+        Returns, per request, the freshly saved record to hand to ``write(recorded=...)``,
+        or None when the message was already recorded (a redelivery, a duplicate inside the
+        batch): ``write`` then takes the usual path (duplicate or resume) under the agent's
+        lock. A shared transaction that conflicts is retried one record at a time. Storage
+        failures raise; nothing was recorded then.
+        """
+        if not requests:
+            return []
+        records = [self._new_record(r) for r in requests]
         try:
-            self.app.save(record)
+            self.commits.save(*records)
+            return list(records)
+        except RecordConflictError:
+            self.app.forget_cached(*(r.id for r in records))
+        out: list[MessageRecord | None] = []
+        for request in requests:  # fresh objects: the failed save consumed the pending events
+            record = self._new_record(request)
+            try:
+                self.commits.save(record)
+                out.append(record)
+            except RecordConflictError:
+                self.app.forget_cached(record.id)
+                out.append(None)
+        return out
+
+    def _record(self, request: ConversationMessage) -> tuple[MessageRecord, bool]:
+        """Stage 1: save the ``Recorded`` event. Returns (record, resumed); raises _Duplicate."""
+        record = self._new_record(request)
+        try:
+            self.commits.save(record)
             return record, False
         except RecordConflictError:
             self.app.forget_cached(record.id)
@@ -203,11 +362,14 @@ class WritePipeline:
         extraction = outcome.extraction if isinstance(outcome.extraction, Extraction) else Extraction()
         return extraction, outcome.error, outcome.raw_output, int(outcome.llm_calls or 0), info
 
-    def _write_locked(self, request: ConversationMessage) -> WriteResult:
-        try:
-            record, resumed = self._record(request)
-        except _Duplicate:
-            return self._duplicate_result(request)
+    def _write_locked(self, request: ConversationMessage, recorded: MessageRecord | None = None) -> WriteResult:
+        if recorded is not None and recorded.message_id == request.message_id and not recorded.processed:
+            record, resumed = recorded, False
+        else:
+            try:
+                record, resumed = self._record(request)
+            except _Duplicate:
+                return self._duplicate_result(request)
 
         memory = self.app.agent_memory(request.agent_id)
         extraction_input = self._extraction_input(record, memory)
@@ -237,7 +399,7 @@ class WritePipeline:
                 decisions=report.counts(),
             )
             try:
-                recordings = self.app.save(memory, record)
+                recordings = self.commits.save(memory, record)
                 break
             except RecordConflictError:
                 self.app.forget_cached(agent_uuid, record_uuid)
