@@ -177,8 +177,9 @@ def _decide_fact(
         _reject(memory, report, ctx, payload, exc.reason)
         return
 
-    new_fact = {
-        "fact_id": new_fact_id(ctx.agent_id, ctx.message_id, ordinal),
+    new_id = new_fact_id(ctx.agent_id, ctx.message_id, ordinal)
+    new_fact: dict[str, Any] = {
+        "fact_id": new_id,
         "entity_key": entity,
         "linked_entities": linked,
         "attribute_key": fact.attribute_key,
@@ -210,7 +211,7 @@ def _decide_fact(
             report.decisions.append(
                 Decision(
                     "UPDATE",
-                    fact_id=new_fact["fact_id"],
+                    fact_id=new_id,
                     target_fact_id=target,
                     entity_key=entity,
                     text=fact.text,
@@ -219,7 +220,7 @@ def _decide_fact(
         else:
             memory.add_fact(new_fact)
             report.decisions.append(
-                Decision("ADD", fact_id=new_fact["fact_id"], entity_key=entity, text=fact.text)
+                Decision("ADD", fact_id=new_id, entity_key=entity, text=fact.text)
             )
     except DecisionRejected as exc:
         _reject(memory, report, ctx, payload, exc.reason)

@@ -60,7 +60,7 @@ class MemoryApplication(Application[UUID]):
     def agent_memory(self, agent_id: str) -> AgentMemory:
         """The agent's aggregate, opened (not yet saved) when the agent is new."""
         try:
-            memory = self.repository.get(agent_aggregate_id(agent_id))
+            memory: Any = self.repository.get(agent_aggregate_id(agent_id))
         except Exception as exc:  # AggregateNotFoundError
             if type(exc).__name__ != "AggregateNotFoundError":
                 raise
@@ -70,7 +70,7 @@ class MemoryApplication(Application[UUID]):
 
     def message_record(self, agent_id: str, message_id: str) -> MessageRecord | None:
         try:
-            record = self.repository.get(message_record_id(agent_id, message_id))
+            record: Any = self.repository.get(message_record_id(agent_id, message_id))
         except Exception as exc:
             if type(exc).__name__ != "AggregateNotFoundError":
                 raise

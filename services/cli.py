@@ -7,7 +7,6 @@ unless ``ENGRAMDB_DATABASE_URL`` / ``ENGRAMDB_NATS_URL`` are set.
 from __future__ import annotations
 
 import json
-import sys
 from datetime import UTC, datetime
 from typing import Annotated
 
@@ -145,4 +144,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -115,8 +115,8 @@ def run_demo() -> None:
         _line(
             f"facts as of {before_move.isoformat(timespec='seconds')}, before the move (from the log)"
         )
-        for fact in memory.facts_as_of(AGENT, before_move):
-            print(f"  {fact.fact_id} {fact.text}")
+        for snapshot in memory.facts_as_of(AGENT, before_move):
+            print(f"  {snapshot.fact_id} {snapshot.text}")
         _line("retrieve 'Where does Ana live?' as of that moment")
         print(memory.retrieve(AGENT, "Where does Ana live?", as_of=before_move).context)
 

@@ -363,7 +363,11 @@ class WritePipeline:
         return extraction, outcome.error, outcome.raw_output, int(outcome.llm_calls or 0), info
 
     def _write_locked(self, request: ConversationMessage, recorded: MessageRecord | None = None) -> WriteResult:
-        if recorded is not None and recorded.message_id == request.message_id and not recorded.processed:
+        if (
+            recorded is not None
+            and (recorded.agent_id, recorded.message_id) == (request.agent_id, request.message_id)
+            and not recorded.processed
+        ):
             record, resumed = recorded, False
         else:
             try:
