@@ -291,13 +291,15 @@ def run_engramdb(
     *,
     run_id: str,
     merge: str,
+    retrieve_overrides: dict[str, Any] | None = None,
     on_progress: Callable[[str], None] = log,
 ) -> dict[str, SystemRun]:
     """Ingest each conversation as one agent, then ask its questions. Returns the headline
     run (``engramdb``, merged with ``merge``) plus one diagnostic run per other merge."""
     runs = {m: SystemRun(ENGRAMDB if m == merge else f"{ENGRAMDB}[{m}]") for m in MERGES}
     headline = runs[merge]
-    overrides = {"topk_facts": TOPK, "topk_events": TOPK, "enable_reranker": False}
+    overrides: dict[str, Any] = {"topk_facts": TOPK, "topk_events": TOPK, "enable_reranker": False}
+    overrides.update(retrieve_overrides or {})
     ingest = {
         "messages": 0,
         "seconds": 0.0,
@@ -371,7 +373,13 @@ def markdown_report(summaries: dict[str, dict[str, Any]], meta: dict[str, Any]) 
         "",
         f"Data: `{meta['data_name']}` — {meta['conversations']} conversation(s), "
         f"{meta['questions_scored']} scored questions (categories 1–4: {meta['questions_overall']}), "
-        f"embedder `{meta['embedder']}`, engramdb merge `{meta['merge']}`, top-k {TOPK}, reranker off.",
+        f"embedder `{meta['embedder']}`, engramdb merge `{meta['merge']}`, top-k {TOPK}, reranker off"
+        + (
+            f", overrides `{json.dumps(meta['retrieve_overrides'])}`"
+            if meta.get("retrieve_overrides")
+            else ""
+        )
+        + ".",
         "",
         "## Overall (categories 1–4)",
         "",
@@ -490,6 +498,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--merge", choices=MERGES, default="score", help="how engramdb facts+events are ranked"
     )
+    p.add_argument(
+        "--retrieve-overrides",
+        type=json.loads,
+        default=None,
+        metavar="JSON",
+        help="extra retrieve config_overrides, e.g. '{\"recency_half_life_days\": 365}'",
+    )
     p.add_argument("--skip-engramdb", action="store_true", help="baselines only")
     p.add_argument("--skip-baselines", action="store_true", help="engramdb only")
     p.add_argument(
@@ -572,7 +587,13 @@ def main(argv: list[str] | None = None) -> int:
                 )
             memory = _open_memory(settings, embedder, extractor)
             try:
-                runs = run_engramdb(conversations, memory, run_id=run_id, merge=args.merge)
+                runs = run_engramdb(
+                    conversations,
+                    memory,
+                    run_id=run_id,
+                    merge=args.merge,
+                    retrieve_overrides=args.retrieve_overrides,
+                )
             finally:
                 memory.close()
             for run in runs.values():
@@ -595,6 +616,7 @@ def main(argv: list[str] | None = None) -> int:
         "embedder": getattr(embedder, "model_id", type(embedder).__name__),
         "merge": args.merge,
         "topk": TOPK,
+        "retrieve_overrides": args.retrieve_overrides or {},
         "seconds": round(total_s, 1),
         "run_id": run_id,
         "command": "engramdb bench locomo " + " ".join(sys.argv[1:] if argv is None else argv),

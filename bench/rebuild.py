@@ -37,25 +37,43 @@ def generate(app: MemoryApplication, facts: int, agents: int, batch: int) -> int
         mem.register_entity("person:user", "User", "person", None, BY)
         for start in range(0, per_agent, batch):
             msg = f"{agent}-m{start}"
-            rec = MessageRecord(agent_id=agent, message_id=msg, session_id=None, speaker="user",
-                                text=f"message {msg}", occurred_at=T0, metadata={})
+            rec = MessageRecord(
+                agent_id=agent,
+                message_id=msg,
+                session_id=None,
+                speaker="user",
+                text=f"message {msg}",
+                occurred_at=T0,
+                metadata={},
+            )
             for i in range(start, min(per_agent, start + batch)):
                 k += 1
-                mem.add_fact({
-                    "fact_id": f"f{i}", "entity_key": "person:user", "linked_entities": [],
-                    "attribute_key": None, "text": f"fact {k} of agent {a}: likes item {i}",
-                    "category": "general", "confidence": 0.8, "importance": 0.5,
-                    "source_message_id": msg, "speaker": "user",
-                    "valid_from": T0 + timedelta(seconds=i), "decided_by": BY,
-                })
+                mem.add_fact(
+                    {
+                        "fact_id": f"f{i}",
+                        "entity_key": "person:user",
+                        "linked_entities": [],
+                        "attribute_key": None,
+                        "text": f"fact {k} of agent {a}: likes item {i}",
+                        "category": "general",
+                        "confidence": 0.8,
+                        "importance": 0.5,
+                        "source_message_id": msg,
+                        "speaker": "user",
+                        "valid_from": T0 + timedelta(seconds=i),
+                        "decided_by": BY,
+                    }
+                )
             app.save(mem, rec)
     return k
 
 
 def line(label: str, r: RebuildReport) -> str:
-    return (f"{label}: {r.events} events in {r.seconds:.1f}s = {r.events_per_sec:,.0f} ev/s "
-            f"(read+fold {r.read_seconds:.1f}s, embed {r.embed_seconds:.1f}s [{r.texts_embedded} "
-            f"texts], write {r.write_seconds - r.index_seconds:.1f}s, HNSW {r.index_seconds:.1f}s)")
+    return (
+        f"{label}: {r.events} events in {r.seconds:.1f}s = {r.events_per_sec:,.0f} ev/s "
+        f"(read+fold {r.read_seconds:.1f}s, embed {r.embed_seconds:.1f}s [{r.texts_embedded} "
+        f"texts], write {r.write_seconds - r.index_seconds:.1f}s, HNSW {r.index_seconds:.1f}s)"
+    )
 
 
 def main() -> None:

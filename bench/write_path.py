@@ -14,6 +14,9 @@ LLM's latency. Measured:
 Servers: ``ENGRAMDB_DATABASE_URL`` / ``ENGRAMDB_NATS_URL`` if set, else the embedded ones in a
 throwaway data dir. Each run uses a fresh PostgreSQL schema and NATS subject prefix.
 Targets (2-core machine): overhead p50 ≤ 20 ms, ≥ 200 messages/s, 1 LLM call per message.
+``--baseline`` also runs the unbatched write path (each save its own transaction, 4 workers)
+interleaved in the same process and reports the ratio; every figure is the median of
+``--runs`` (3) runs.
 """
 
 from __future__ import annotations
@@ -41,11 +44,19 @@ def _instant_llm() -> Any:
     def answer(messages: Sequence[dict[str, Any]]) -> str:
         user = messages[-1]["content"]
         text = user.split('Message:\n"""\n', 1)[1].rsplit('\n"""', 1)[0]
-        return json.dumps({
-            "facts": [{"text": f"Ana said: {text}", "entity": "Ana", "confidence_level": "explicit_statement"}],
-            "entities": [{"name": "Ana", "entity_type": "person"}],
-            "relationships": [],
-        })
+        return json.dumps(
+            {
+                "facts": [
+                    {
+                        "text": f"Ana said: {text}",
+                        "entity": "Ana",
+                        "confidence_level": "explicit_statement",
+                    }
+                ],
+                "entities": [{"name": "Ana", "entity_type": "person"}],
+                "relationships": [],
+            }
+        )
 
     return ScriptedLLM(answer, name="instant-scripted")
 
@@ -90,8 +101,12 @@ def bench_in_process(env: dict[str, str], n: int, agents: int) -> dict[str, Any]
     durations, calls = [], 0
     try:
         for i in range(n + 20):
-            message = ConversationMessage(agent_id=ids[i % agents], message_id=f"m{i}", speaker="Ana",
-                                          text=f"Message number {i} about my week.")
+            message = ConversationMessage(
+                agent_id=ids[i % agents],
+                message_id=f"m{i}",
+                speaker="Ana",
+                text=f"Message number {i} about my week.",
+            )
             result = pipeline.write(message)
             if i >= 20:  # warm-up: first loads, prepared statements
                 durations.append(result.duration_ms)
@@ -107,8 +122,16 @@ def bench_in_process(env: dict[str, str], n: int, agents: int) -> dict[str, Any]
 
 
 def bench_end_to_end(
-    env: dict[str, str], nats_url: str, n: int, agents: int, with_projections: bool = True, concurrency: int = 4
+    env: dict[str, str],
+    nats_url: str,
+    n: int,
+    agents: int,
+    with_projections: bool = True,
+    concurrency: int = 8,
+    batched: bool = True,
 ) -> dict[str, Any]:
+    """One run; ``batched=False`` is the baseline: each save its own transaction (2 per
+    message: record, then decisions), no batch recording of a fetch."""
     from infra.providers.scripted import HashEmbedder
     from services.app import MemoryApplication
     from services.extraction import LLMExtractor
@@ -120,7 +143,7 @@ def bench_end_to_end(
     prefix = f"bench{uuid.uuid4().hex[:8]}"
     app = MemoryApplication(env)
     llm = _instant_llm()
-    pipeline = WritePipeline(app, LLMExtractor(llm))
+    pipeline = WritePipeline(app, LLMExtractor(llm), group_commit=batched)
     results: list[WriteResult] = []
     done = threading.Event()
     lock = threading.Lock()
@@ -139,13 +162,23 @@ def bench_end_to_end(
             projections = ProjectionSet.start(MemoryApplication, env, HashEmbedder())
         except ImportError:
             projections = None
-    ingest_app, _ = build_ingest_app(nats_url, pipeline, prefix=prefix, on_result=on_result, batch_size=64,
-                                     max_concurrency=concurrency)
+    ingest_app, _ = build_ingest_app(
+        nats_url,
+        pipeline,
+        prefix=prefix,
+        on_result=on_result,
+        batch_size=64,
+        max_concurrency=concurrency,
+    )
     runner = IngestThread(ingest_app).start()
     ids = [f"bench-e2e-{uuid.uuid4().hex[:6]}-{a}" for a in range(agents)]
     messages = [
-        ConversationMessage(agent_id=ids[i % agents], message_id=f"m{i}", speaker="Ana",
-                            text=f"Message number {i} about my week.")
+        ConversationMessage(
+            agent_id=ids[i % agents],
+            message_id=f"m{i}",
+            speaker="Ana",
+            text=f"Message number {i} about my week.",
+        )
         for i in range(n)
     ]
 
@@ -172,6 +205,8 @@ def bench_end_to_end(
             projections.stop()
         app.close()
     return {
+        "mode": "batched" if batched else "baseline",
+        "concurrency": concurrency,
         "messages": n,
         "agents": agents,
         "publish_s": round(published, 3),
@@ -182,8 +217,20 @@ def bench_end_to_end(
         "conflicts": sum(r.conflicts for r in results),
         # event-store transactions per message (2 without group commit: record, decisions)
         "store_transactions_per_message": round(
-            (pipeline.commits.stats["transactions"] - before["transactions"]) / n, 3),
+            (pipeline.commits.stats["transactions"] - before["transactions"]) / n, 3
+        ),
     }
+
+
+def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run with the median events-saved rate, plus the medians of both rates."""
+    ordered = sorted(runs, key=lambda r: r["events_saved_msgs_per_s"])
+    out = dict(ordered[len(ordered) // 2])
+    out["runs_events_saved_msgs_per_s"] = [r["events_saved_msgs_per_s"] for r in runs]
+    visible = [r["facts_visible_msgs_per_s"] for r in runs if r["facts_visible_msgs_per_s"]]
+    out["facts_visible_msgs_per_s"] = round(statistics.median(visible), 1) if visible else None
+    out["runs_facts_visible_msgs_per_s"] = visible or None
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -191,7 +238,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--messages", type=int, default=1000)
     parser.add_argument("--inproc-messages", type=int, default=300)
     parser.add_argument("--agents", type=int, default=8)
-    parser.add_argument("--concurrency", type=int, default=4, help="ingest worker threads")
+    parser.add_argument("--concurrency", type=int, default=8, help="ingest worker threads")
+    parser.add_argument("--runs", type=int, default=3, help="end-to-end runs per mode (median reported)")
+    parser.add_argument("--baseline", action="store_true",
+                        help="also run the unbatched baseline (4 workers, 2 transactions per message), "
+                             "interleaved with the batched runs in the same process, and report the ratio")
     parser.add_argument("--no-projections", action="store_true", help="measure ingest alone")
     args = parser.parse_args(argv)
 
@@ -205,12 +256,23 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{schema}"')
     env = es_env_from_url(pg_url, schema)
+    proj = not args.no_projections
     try:
-        report = {
-            "in_process": bench_in_process(env, args.inproc_messages, args.agents),
-            "end_to_end": bench_end_to_end(env, nats_url, args.messages, args.agents,
-                                           not args.no_projections, args.concurrency),
-        }
+        report: dict[str, Any] = {"in_process": bench_in_process(env, args.inproc_messages, args.agents)}
+        batched, baseline = [], []
+        for _ in range(args.runs):  # interleaved, so both modes see the same machine load
+            if args.baseline:
+                baseline.append(bench_end_to_end(env, nats_url, args.messages, args.agents, proj, 4, batched=False))
+            batched.append(bench_end_to_end(env, nats_url, args.messages, args.agents, proj, args.concurrency))
+        report["end_to_end"] = _median_run(batched)
+        if baseline:
+            base = _median_run(baseline)
+            report["baseline_end_to_end"] = base
+            report["speedup_events_saved"] = round(
+                report["end_to_end"]["events_saved_msgs_per_s"] / base["events_saved_msgs_per_s"], 2)
+            if base["facts_visible_msgs_per_s"] and report["end_to_end"]["facts_visible_msgs_per_s"]:
+                report["speedup_facts_visible"] = round(
+                    report["end_to_end"]["facts_visible_msgs_per_s"] / base["facts_visible_msgs_per_s"], 2)
     finally:
         with psycopg.connect(pg_url, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
@@ -220,7 +282,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ip, e2e = report["in_process"], report["end_to_end"]
     report["targets"] = {
         "overhead_p50_le_20ms": ip["overhead_ms_p50"] <= 20.0,
-        "throughput_ge_200_msgs_per_s": (e2e["facts_visible_msgs_per_s"] or e2e["events_saved_msgs_per_s"]) >= 200,
+        # ingest through NATS, events committed (projections running on the same cores if enabled)
+        "ingest_ge_200_msgs_per_s": e2e["events_saved_msgs_per_s"] >= 200,
+        # facts queryable: bounded by the projection runners (projections/), reported separately
+        "facts_visible_ge_200_msgs_per_s": (e2e["facts_visible_msgs_per_s"] or 0) >= 200 if proj else None,
         "one_llm_call_per_message": ip["llm_calls_per_message"] == 1.0 and e2e["llm_calls_per_message"] == 1.0,
     }
     print(json.dumps(report, indent=2))

@@ -124,9 +124,10 @@ class GroupCommit:
     pays one uncontended lock.
     """
 
-    def __init__(self, app: MemoryApplication, max_group: int = 128) -> None:
+    def __init__(self, app: MemoryApplication, max_group: int = 128, enabled: bool = True) -> None:
         self.app = app
         self.max_group = max_group
+        self.enabled = enabled  # False: every save is its own transaction (baseline for benches)
         self._mutex = threading.Lock()
         self._queue: list[_Pending] = []
         self._busy = False
@@ -142,6 +143,12 @@ class GroupCommit:
             events.extend(obj.collect_events())
             aggregates.append(obj)
         item = _Pending(events, aggregates)
+        if not self.enabled:
+            self.stats["saves"] += 1
+            self._solo(item)
+            if item.error is not None:
+                raise item.error
+            return item.recordings
         with self._mutex:
             self._queue.append(item)
             if self._busy:
@@ -222,6 +229,7 @@ class WritePipeline:
         config: WriteConfig | None = None,
         *,
         clock: Callable[[], float] = time.perf_counter,
+        group_commit: bool = True,
     ) -> None:
         self.app = app
         self.extractor = extractor
@@ -235,7 +243,7 @@ class WritePipeline:
             ambiguous_floor=self.config.ambiguous_floor,
         )
         self._clock = clock
-        self.commits = GroupCommit(app)
+        self.commits = GroupCommit(app, enabled=group_commit)
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
 
