@@ -16,6 +16,8 @@ Without ``--database-url`` an embedded PostgreSQL is started in a temp dir (fsyn
 from __future__ import annotations
 
 import argparse
+import importlib
+import json
 import os
 import shutil
 import statistics
@@ -62,6 +64,14 @@ def unit(rows: np.ndarray) -> np.ndarray:
     return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
 
 
+def entity_names(n: int, vocab: list[str]) -> list[str]:
+    """Display names of an agent's entities (deterministic in ``n``: a kept schema can be reused)."""
+    return [
+        f"{vocab[i % len(vocab)].title()} {vocab[(i * 7 + 3) % len(vocab)].title()}{i}"
+        for i in range(max(10, n // 20))
+    ]
+
+
 def load_agent(
     conn: psycopg.Connection,
     agent: str,
@@ -74,11 +84,8 @@ def load_agent(
     from pgvector.psycopg import register_vector
 
     register_vector(conn)
-    n_entities = max(10, n // 20)
-    names = [
-        f"{vocab[i % len(vocab)].title()} {vocab[(i * 7 + 3) % len(vocab)].title()}{i}"
-        for i in range(n_entities)
-    ]
+    names = entity_names(n, vocab)
+    n_entities = len(names)
     keys = [f"person:e{i}" for i in range(n_entities)]
     with conn.cursor() as cur:
         with cur.copy(
@@ -208,6 +215,50 @@ def load_agent(
     return names
 
 
+def load_schema(
+    url: str,
+    schema: str,
+    sizes: list[int],
+    fillers: int,
+    rng: np.random.Generator,
+    centroids: np.ndarray,
+    vocab: list[str],
+) -> dict[str, list[str]]:
+    """Create ``schema`` and load the bench agents (+ ``fillers`` agents of 1k), then HNSW + ANALYZE."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        conn.execute(sql.SQL("SET search_path TO {}, public").format(sql.Identifier(schema)))
+        trgm = conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm'").fetchone()
+        for stmt in read_model_ddl(DIM):
+            if "CREATE EXTENSION" in stmt or (not trgm and "trgm" in stmt):
+                continue
+            conn.execute(stmt)
+        start = time.perf_counter()
+        names: dict[str, list[str]] = {}
+        total = 0
+        for size in sizes:
+            agent = f"bench-{size}"
+            with conn.transaction():
+                names[agent] = load_agent(conn, agent, size, rng, centroids, vocab)
+            total += size
+        for i in range(fillers):
+            with conn.transaction():
+                load_agent(conn, f"filler-{i}", 1000, rng, centroids, vocab)
+            total += 1000
+        load_s = time.perf_counter() - start
+        start = time.perf_counter()
+        conn.execute("SET maintenance_work_mem = '1GB'")
+        for stmt in vector_index_ddl():
+            conn.execute(stmt)
+        conn.execute("ANALYZE")
+        index_s = time.perf_counter() - start
+    print(
+        f"loaded {total} facts (+{total // 2} messages) in {load_s:.1f}s; HNSW + ANALYZE {index_s:.1f}s"
+    )
+    print(f"keyword candidates: {'pg_trgm' if trgm else 'to_tsvector GIN (no pg_trgm)'}")
+    return names
+
+
 def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.array(values), q))
 
@@ -219,6 +270,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--fillers", type=int, default=20, help="other agents with 1k facts each")
     ap.add_argument("--database-url", default=os.environ.get("ENGRAMDB_BENCH_DATABASE_URL"))
     ap.add_argument("--keep", action="store_true", help="keep the schema")
+    ap.add_argument(
+        "--schema",
+        help="schema name; reused (no load) when it already holds the data, implies --keep",
+    )
+    ap.add_argument(
+        "--compare", help="importable package with another Retriever to measure alongside"
+    )
+    ap.add_argument("--dump", help="write every result's (id, score) lists to this JSON file")
+    ap.add_argument("--skip-embedder", action="store_true", help="do not time the offline embedder")
+    ap.add_argument(
+        "--runs", type=int, default=1, help="repeat the query pass; report the median run"
+    )
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     rng = np.random.default_rng(7)
@@ -236,48 +299,32 @@ def main(argv: Sequence[str] | None = None) -> None:
         handle = ensure_postgres(tmp, fast_unsafe=True)
         url = handle.url
         ensure_extensions(url)
-    schema = f"bench_rt_{uuid.uuid4().hex[:8]}"
+    schema = args.schema or f"bench_rt_{uuid.uuid4().hex[:8]}"
+    keep = args.keep or bool(args.schema)
     try:
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-            conn.execute(sql.SQL("SET search_path TO {}, public").format(sql.Identifier(schema)))
-            trgm = conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm'").fetchone()
-            for stmt in read_model_ddl(DIM):
-                if "CREATE EXTENSION" in stmt or (not trgm and "trgm" in stmt):
-                    continue
-                conn.execute(stmt)
-            start = time.perf_counter()
-            names: dict[str, list[str]] = {}
-            total = 0
-            for size in sizes:
-                agent = f"bench-{size}"
-                with conn.transaction():
-                    names[agent] = load_agent(conn, agent, size, rng, centroids, vocab)
-                total += size
-            for i in range(args.fillers):
-                with conn.transaction():
-                    load_agent(conn, f"filler-{i}", 1000, rng, centroids, vocab)
-                total += 1000
-            load_s = time.perf_counter() - start
-            start = time.perf_counter()
-            conn.execute("SET maintenance_work_mem = '1GB'")
-            for stmt in vector_index_ddl():
-                conn.execute(stmt)
-            conn.execute("ANALYZE")
-            index_s = time.perf_counter() - start
-        print(
-            f"loaded {total} facts (+{total // 2} messages) in {load_s:.1f}s; HNSW + ANALYZE {index_s:.1f}s"
-        )
-        print(f"keyword candidates: {'pg_trgm' if trgm else 'to_tsvector GIN (no pg_trgm)'}")
+            exists = conn.execute(
+                "SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)
+            ).fetchone()
+        if exists:
+            names = {f"bench-{size}": entity_names(size, vocab) for size in sizes}
+            print(f"reusing schema {schema}")
+        else:
+            names = load_schema(url, schema, sizes, args.fillers, rng, centroids, vocab)
 
         embedder = PrecomputedEmbedder()
         pool = ConnectionPool(
             url, min_size=6, max_size=8, kwargs={"options": f"-c search_path={schema},public"}
         )
         pool.wait()
-        retriever = Retriever(pool, embedder, config=None)
+        contenders: dict[str, Any] = {"current": Retriever(pool, embedder, config=None)}
+        if args.compare:  # e.g. a copy of the previous implementation, measured in the same run
+            module = importlib.import_module(args.compare)
+            contenders[args.compare] = module.Retriever(pool, embedder, config=None)
+        dump: dict[str, Any] = {}
         print(
-            f"\n{'facts':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'mean':>7}  facts/q  stage share (sum of stage times)"
+            f"\n{'facts':>8} {'impl':>10} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'mean':>7}  facts/q"
+            "  stage share (sum of stage times)"
         )
         for size in sizes:
             agent = f"bench-{size}"
@@ -292,30 +339,55 @@ def main(argv: Sequence[str] | None = None) -> None:
                 )[0]
                 embedder.vectors[text] = vec.tolist()
                 queries.append(text)
-            for text in queries[:10]:  # warm-up: caches, prepared statements, pool
-                retriever.retrieve(agent, text)
-            durations: list[float] = []
-            stages: dict[str, list[float]] = {}
-            nfacts = []
-            for text in queries:
-                result = retriever.retrieve(agent, text)
-                durations.append(result.duration_ms)
-                nfacts.append(len(result.facts))
-                for key, value in result.trace["timings_ms"].items():
-                    stages.setdefault(key, []).append(value)
-            means = {k: statistics.fmean(v) for k, v in stages.items()}
-            total_stage = sum(means.values()) or 1.0
-            share = ", ".join(
-                f"{k} {100 * v / total_stage:.0f}%"
-                for k, v in sorted(means.items(), key=lambda kv: -kv[1])
-                if v / total_stage >= 0.02
-            )
-            print(
-                f"{size:>8} {percentile(durations, 50):8.1f} {percentile(durations, 95):8.1f} {percentile(durations, 99):8.1f}"
-                f" {statistics.fmean(durations):7.1f}  {statistics.fmean(nfacts):6.1f}   {share}"
-            )
-        retriever.close()
+            for retriever in contenders.values():
+                for text in queries[:10]:  # warm-up: caches, prepared statements, pool
+                    retriever.retrieve(agent, text)
+            # per contender and run: durations, stage times; runs interleave the contenders
+            runs: dict[str, list[tuple[list[float], dict[str, list[float]], list[int]]]] = {
+                k: [] for k in contenders
+            }
+            for _ in range(args.runs):
+                for label, retriever in contenders.items():
+                    durations: list[float] = []
+                    stages: dict[str, list[float]] = {}
+                    nfacts: list[int] = []
+                    for text in queries:
+                        result = retriever.retrieve(agent, text)
+                        durations.append(result.duration_ms)
+                        nfacts.append(len(result.facts))
+                        for key, value in result.trace["timings_ms"].items():
+                            stages.setdefault(key, []).append(value)
+                        if args.dump:
+                            dump.setdefault(label, {})[f"{agent}|{text}"] = {
+                                "facts": [(f.fact_id, f.score) for f in result.facts],
+                                "events": [(e.message_id, e.score) for e in result.events],
+                            }
+                    runs[label].append((durations, stages, nfacts))
+            for label, label_runs in runs.items():
+                # the median run by p95
+                durations, stages, nfacts = sorted(label_runs, key=lambda r: percentile(r[0], 95))[
+                    len(label_runs) // 2
+                ]
+                means = {k: statistics.fmean(v) for k, v in stages.items()}
+                total_stage = sum(means.values()) or 1.0
+                share = ", ".join(
+                    f"{k} {100 * v / total_stage:.0f}%"
+                    for k, v in sorted(means.items(), key=lambda kv: -kv[1])
+                    if v / total_stage >= 0.02
+                )
+                p95s = " ".join(f"{percentile(r[0], 95):.1f}" for r in label_runs)
+                print(
+                    f"{size:>8} {label[-10:]:>10} {percentile(durations, 50):8.1f} {percentile(durations, 95):8.1f}"
+                    f" {percentile(durations, 99):8.1f} {statistics.fmean(durations):7.1f}  {statistics.fmean(nfacts):6.1f}"
+                    f"   {share}" + (f"  [p95 of runs: {p95s}]" if len(label_runs) > 1 else "")
+                )
+        for retriever in contenders.values():
+            retriever.close()
         pool.close()
+        if args.dump:
+            Path(args.dump).write_text(json.dumps(dump, default=str))
+        if args.skip_embedder:
+            return
 
         print("\nquery embedding (separate from the pipeline):")
         try:
@@ -334,7 +406,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         except Exception as exc:  # the offline model is optional for this bench
             print(f"  offline embedder unavailable: {exc}")
     finally:
-        if not args.keep:
+        if not keep:
             with psycopg.connect(url, autocommit=True) as conn:
                 conn.execute(
                     sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))

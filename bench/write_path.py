@@ -169,6 +169,7 @@ def bench_end_to_end(
         on_result=on_result,
         batch_size=64,
         max_concurrency=concurrency,
+        batch_records=batched,
     )
     runner = IngestThread(ingest_app).start()
     ids = [f"bench-e2e-{uuid.uuid4().hex[:6]}-{a}" for a in range(agents)]

@@ -74,6 +74,11 @@ class _AgentState:
     tail: asyncio.Future[bool] | None = None
 
 
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 class _Turnstile:
     """Lets deliveries through in consumer-sequence order (a gap gives way after a timeout).
 
@@ -99,9 +104,7 @@ class _Turnstile:
     def _nudge(self) -> None:
         """Wake the lowest waiter: it is the only one whose answer can have changed."""
         if self._wakers:
-            future = self._wakers[min(self._wakers)]
-            if not future.done():
-                future.set_result(None)
+            _wake(self._wakers[min(self._wakers)])
 
     async def enter(self, seq: int | None) -> None:
         if seq is None:
@@ -114,11 +117,7 @@ class _Turnstile:
                 future: asyncio.Future[None] = loop.create_future()
                 self._wakers[seq] = future
                 remaining = deadline - loop.time()
-                timer = (
-                    loop.call_later(remaining, lambda f=future: f.done() or f.set_result(None))
-                    if remaining > 0
-                    else None
-                )
+                timer = loop.call_later(remaining, _wake, future) if remaining > 0 else None
                 try:
                     await future
                 finally:

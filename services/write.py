@@ -2,7 +2,7 @@
 reconciliation → one atomic commit.
 
 Why it is shaped like this (ADR-0004):
-- **Record first, in its own save.** The ``MessageRecord`` (id derived from agent + message
+- **Record first, before extraction.** The ``MessageRecord`` (id derived from agent + message
   id) is saved before any LLM call, so the message is never lost whatever fails later, and a
   redelivery collides on version 1. A record that exists but is not ``processed`` (a crash
   between the two saves) is resumed, not skipped.
