@@ -562,7 +562,12 @@ def main(argv: list[str] | None = None) -> int:
 
     temp_dir: Path | None = None
     data_dir = args.data_dir
-    if data_dir is None and not args.database_url and not os.environ.get("ENGRAMDB_DATABASE_URL"):
+    if (
+        data_dir is None
+        and not args.skip_engramdb
+        and not args.database_url
+        and not os.environ.get("ENGRAMDB_DATABASE_URL")
+    ):
         # A throwaway embedded server: a benchmark must neither read nor pollute real memory.
         temp_dir = data_dir = Path(tempfile.mkdtemp(prefix="engramdb-locomo-", dir="/tmp"))
     settings = _settings(args, data_dir)

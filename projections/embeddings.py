@@ -60,16 +60,26 @@ def missing_hashes(curs: Any, model_id: str, hashes: Iterable[str]) -> set[str]:
     return set(wanted) - have
 
 
-def fill_cache(curs: Any, embedder: EmbeddingProvider, texts: Iterable[str]) -> int:
-    """Embed the texts the cache lacks (in batches) and store them. Returns texts embedded.
+def fill_cache(
+    curs: Any,
+    embedder: EmbeddingProvider,
+    texts: Iterable[str],
+    batch_size: int | None = EMBED_BATCH,
+) -> int:
+    """Embed the texts the cache lacks and store them. Returns texts embedded.
+
+    One cache lookup for all ``texts``; then one ``embed()`` call and one cache insert per
+    ``batch_size`` missing texts (``None``: a single call for all of them — the projector's
+    batches are already bounded by their event count).
 
     Run it in its own committed transaction: a vector paid for is kept even if the projection
     transaction that wanted it fails.
     """
     by_hash = {text_hash(t): t for t in texts}
     todo = sorted(missing_hashes(curs, embedder.model_id, by_hash))
-    for start in range(0, len(todo), EMBED_BATCH):
-        chunk = todo[start : start + EMBED_BATCH]
+    step = batch_size or max(len(todo), 1)
+    for start in range(0, len(todo), step):
+        chunk = todo[start : start + step]
         vectors = embedder.embed([by_hash[h] for h in chunk])
         if len(vectors) != len(chunk):
             raise ValueError(f"embedder returned {len(vectors)} vectors for {len(chunk)} texts")
@@ -78,15 +88,20 @@ def fill_cache(curs: Any, embedder: EmbeddingProvider, texts: Iterable[str]) -> 
                 raise ValueError(
                     f"{embedder.model_id} returned {len(vector)} dims, declares {embedder.dimensions}"
                 )
-        curs.executemany(
-            "INSERT INTO mem_embedding_cache (model_id, text_hash, embedding) "
-            "VALUES (%s, %s, %s::vector) ON CONFLICT DO NOTHING",
-            [
-                (embedder.model_id, h, vector_literal(v))
-                for h, v in zip(chunk, vectors, strict=True)
-            ],
-        )
+        store_vectors(curs, embedder.model_id, chunk, vectors)
     return len(todo)
+
+
+def store_vectors(
+    curs: Any, model_id: str, hashes: Sequence[str], vectors: Sequence[Sequence[float]]
+) -> None:
+    """One INSERT for the whole chunk (text arrays unnested and cast to vector in SQL)."""
+    curs.execute(
+        "INSERT INTO mem_embedding_cache (model_id, text_hash, embedding) "
+        "SELECT %s, h, v::vector FROM unnest(%s::text[], %s::text[]) AS t(h, v) "
+        "ON CONFLICT DO NOTHING",
+        (model_id, list(hashes), [vector_literal(v) for v in vectors]),
+    )
 
 
 CACHED_VECTOR_SQL = (

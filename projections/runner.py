@@ -2,8 +2,10 @@
 
 ``ProjectionSet`` starts one runner per projection (``conversation``, ``memory``) against the
 application class it is given (projections must not import ``services``). Each runner resumes
-from its view's tracking position and follows new events (LISTEN/NOTIFY). ``wait(position)``
-blocks until every projection has applied the log up to that notification id.
+from its view's tracking position and follows new events (LISTEN/NOTIFY), applying them in
+batches (``projections.batching``: whatever the subscription has already fetched, up to
+``max_batch_events``, in one transaction per batch). ``wait(position)`` blocks until every
+projection has applied the log up to that notification id.
 
 ``wait_for_position`` does the same from any process (e.g. a retrieve replica) by polling the
 tracking tables: positions are data in PostgreSQL, not state of a runner.
@@ -17,23 +19,23 @@ from types import TracebackType
 from typing import Any
 
 import psycopg
-from eventsourcing.projection import Projection, ProjectionRunner
 from psycopg import sql
 
 from domain.ports import EmbeddingProvider
+from projections.batching import Batch, BatchingProjectionRunner, BatchProjection, with_batching
 from projections.views import VIEW_CLASSES, ReadModelView, bind_view
 
 APPLICATION_NAME = "engramdb"
 PROJECTION_NAMES = ("conversation", "memory")
 
 
-class _ReadModelProjection(Projection[ReadModelView]):
-    """Hands every event to the view; no topic filter, so every position is tracked."""
+class _ReadModelProjection(BatchProjection[ReadModelView]):
+    """Hands batches of events to the view; no topic filter, so every position is tracked."""
 
     topics = ()
 
-    def process_event(self, domain_event: Any, tracking: Any) -> None:  # type: ignore[override]
-        self.view.apply(domain_event, tracking)
+    def process_events(self, batch: Batch) -> None:
+        self.view.apply_batch(batch)
 
 
 class ConversationProjection(_ReadModelProjection):
@@ -82,12 +84,19 @@ class ProjectionSet:
         env: dict[str, str],
         embedder: EmbeddingProvider,
         projections: str | Sequence[str] | None = None,
+        *,
+        max_batch_events: int | None = None,
+        max_batch_wait: float | None = None,
     ) -> None:
+        """``max_batch_events`` (default 500; 1 = the per-event path) and ``max_batch_wait``
+        (seconds to linger for more events, default 0) bound each projection transaction."""
         self.application_class = application_class
         self.env = dict(env)
         self.embedder = embedder
         self.names = _names(projections)
-        self.runners: dict[str, ProjectionRunner[Any, ReadModelView]] = {}
+        self.max_batch_events = max_batch_events
+        self.max_batch_wait = max_batch_wait
+        self.runners: dict[str, BatchingProjectionRunner[ReadModelView]] = {}
 
     @classmethod
     def start(
@@ -96,15 +105,23 @@ class ProjectionSet:
         env: dict[str, str],
         embedder: EmbeddingProvider,
         projections: str | Sequence[str] | None = None,
+        *,
+        max_batch_events: int | None = None,
+        max_batch_wait: float | None = None,
     ) -> ProjectionSet:
-        return cls(application_class, env, embedder, projections)._start()
+        return cls(
+            application_class, env, embedder, projections,
+            max_batch_events=max_batch_events, max_batch_wait=max_batch_wait,
+        )._start()
 
     def _start(self) -> ProjectionSet:
         try:
             for name in self.names:
-                runner: ProjectionRunner[Any, ReadModelView] = ProjectionRunner(
+                runner: BatchingProjectionRunner[ReadModelView] = BatchingProjectionRunner(
                     application_class=self.application_class,
-                    projection_class=PROJECTION_CLASSES[name],
+                    projection_class=with_batching(
+                        PROJECTION_CLASSES[name], self.max_batch_events, self.max_batch_wait
+                    ),
                     view_class=bind_view(VIEW_CLASSES[name], self.embedder),
                     env=self.env,
                 )

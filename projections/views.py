@@ -1,11 +1,13 @@
 """Materialised views of the event log, written exactly once per event.
 
 Each view subclasses eventsourcing's ``PostgresTrackingRecorder``: its tables are created with
-the tracking table, and every event is applied in ONE transaction that first records the
-tracking position (``_insert_tracking``, which refuses a position already recorded) and then
-writes the rows. A crash between the two is impossible, and a replayed event is refused, so
-counts such as ``reinforcement_count`` are exact. Events a view does not care about still
-record their position, so ``wait(position)`` works for any notification id.
+the tracking table, and every batch of events (one or more, from ``projections.batching``) is
+applied in ONE transaction that records the tracking position of its first event
+(``_insert_tracking``, which refuses a position already recorded — a replay), writes the rows
+of every event in order, and moves the position to its last event. Rows and position commit
+together or not at all, and a replayed event is refused, so counts such as
+``reinforcement_count`` are exact. Events a view does not care about still record their
+position, so ``wait(position)`` works for any notification id.
 
 Embedders are injected by binding: ``bind_view(MemoryView, embedder)`` returns a subclass
 carrying the embedder, because ``ProjectionRunner`` constructs the view from a class.
@@ -14,7 +16,7 @@ carrying the embedder, because ``ProjectionRunner`` constructs the view from a c
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 from uuid import UUID
 
@@ -85,6 +87,8 @@ class ReadModelView(PostgresTrackingRecorder):
         statements = EMBEDDING_CACHE_DDL + READ_MODEL_META_DDL + self.table_ddl(not bulk)
         self.sql_create_statements.extend(sql.SQL(s) for s in statements)  # type: ignore[arg-type,misc]
         self._handlers: dict[type, Callable[[Any, Any], None]] = {}
+        self.batches = 0  # committed batches / events (tests and diagnostics)
+        self.events_applied = 0
 
     @property
     def model(self) -> EmbeddingProvider:
@@ -143,17 +147,45 @@ class ReadModelView(PostgresTrackingRecorder):
         return []
 
     def apply(self, event: Any, tracking: Tracking) -> None:
-        handler = self._handlers.get(type(event))
-        texts = self.texts_to_embed(event) if handler is not None else []
+        self.apply_batch([(event, tracking)])
+
+    def apply_batch(self, batch: Sequence[tuple[Any, Tracking]]) -> None:
+        """Apply events (ascending positions) exactly once, in one transaction.
+
+        Texts to embed are gathered first: one cache lookup, one ``embed()`` for the misses,
+        one cache insert, committed on their own (a paid vector survives a failed batch).
+        """
+        if not batch:
+            return
+        steps = [(self._handlers.get(type(event)), event) for event, _ in batch]
+        texts = [t for handler, event in steps if handler is not None
+                 for t in self.texts_to_embed(event)]
         if texts:
             with self.datastore.transaction(commit=True) as curs:
                 curs.execute(self.search_path)
-                fill_cache(curs, self.model, texts)
-        with self.datastore.transaction(commit=True) as curs:
-            curs.execute(self.search_path)
-            self._insert_tracking(curs, tracking)
-            if handler is not None:
-                handler(curs, event)
+                fill_cache(curs, self.model, texts, batch_size=None)
+        saved = self._save_state()
+        try:
+            with self.datastore.transaction(commit=True) as curs:
+                curs.execute(self.search_path)
+                self._insert_tracking(curs, batch[0][1])  # refuses a replay, locks the row
+                for handler, event in steps:
+                    if handler is not None:
+                        handler(curs, event)
+                if len(batch) > 1:
+                    self._insert_tracking(curs, batch[-1][1])
+        except BaseException:
+            self._restore_state(saved)
+            raise
+        self.batches += 1
+        self.events_applied += len(batch)
+
+    def _save_state(self) -> Any:
+        """In-memory caches filled while applying must not outlive a rolled-back batch."""
+        return None
+
+    def _restore_state(self, saved: Any) -> None:
+        return None
 
     def vector_params(self, text: str) -> dict[str, str]:
         return {"model_id": self.model.model_id, "text_hash": text_hash(text)}
@@ -246,6 +278,12 @@ class MemoryView(ReadModelView):
         if isinstance(event, (AgentMemory.FactAdded, AgentMemory.FactUpdated)):  # type: ignore[attr-defined]
             return [text] if text else []
         return []
+
+    def _save_state(self) -> Any:
+        return dict(self._agents)
+
+    def _restore_state(self, saved: Any) -> None:
+        self._agents = saved
 
     def _agent(self, curs: Any, originator_id: UUID) -> str:
         agent = self._agents.get(originator_id)

@@ -186,76 +186,89 @@ class Retriever:
         submit = self._executor.submit
 
         f_embed: Future[tuple[str, float]] = submit(self._embed, q)
-        if self._keyword_modes is None:
-            with self.pool.connection() as conn:
-                self._keyword_modes = signals.keyword_modes(conn)
-        modes = self._keyword_modes
-        trace["keyword_mode"] = modes
-        f_kw = submit(self._timed(lambda c: signals.keyword_facts(c, agent_id, words, cfg, as_of, modes["mem_facts"])))
 
-        # plan (the only sequential DB step before the signals)
+        def query_vector() -> str | None:
+            try:
+                return f_embed.result()[0]
+            except Exception:  # fail-safe: no semantic signal, the others still answer
+                return None
+
+        def events_signal() -> tuple[dict[str, dict[str, float]], list[tuple[Any, ...]], float]:
+            # messages run beside the fact signals on their own connection (the second core)
+            qv = query_vector()
+            ev_start = time.perf_counter()
+            with self.pool.connection() as ev_conn:
+                sig, rows_ = signals.message_events(
+                    ev_conn, agent_id, qv, words, cfg, floor, as_of, modes["mem_messages"])
+            return sig, rows_, _ms(ev_start)
+
         with self.pool.connection() as conn:
+            # One connection, statements in sequence: on a 2-core box five concurrent signals
+            # only time-slice, and every extra connection/round trip costs a context switch.
+            if self._keyword_modes is None:
+                self._keyword_modes = signals.keyword_modes(conn)
+            modes = self._keyword_modes
+            trace["keyword_mode"] = modes
+            f_events = submit(events_signal) if cfg.topk_events > 0 else None
+
+            stage = time.perf_counter()
+            keyword = signals.keyword_facts(conn, agent_id, words, cfg, as_of, modes["mem_facts"])
+            timings["keyword"] = _ms(stage)
+
+            # plan
             lookup: PlannerLookup = load_lookup(conn, agent_id, analysis, as_of)
             if as_of is not None:
                 anchor, anchor_source = as_of, "as_of"
             else:
                 anchor, anchor_source = self._anchor(conn, agent_id)
-        plan = build_plan(analysis, lookup, cfg.planner_expansion_limit)
-        timings["plan"] = _ms(start)
-        trace["recency_anchor"] = anchor.isoformat()
-        trace["recency_anchor_source"] = anchor_source
-        trace["entity_sources"] = {
-            "deterministic": plan.entity_keys("deterministic"),
-            "expansion": plan.entity_keys("expansion"),
-        }
+            plan = build_plan(analysis, lookup, cfg.planner_expansion_limit)
+            timings["plan"] = _ms(start) - timings["keyword"]
+            trace["recency_anchor"] = anchor.isoformat()
+            trace["recency_anchor_source"] = anchor_source
+            trace["entity_sources"] = {
+                "deterministic": plan.entity_keys("deterministic"),
+                "expansion": plan.entity_keys("expansion"),
+            }
 
-        seeds = {e.entity_key: e.in_query for e in plan.entities if e.source == "deterministic"}
-        f_graph = submit(self._timed(lambda c: signals.graph_facts(
-            c, agent_id, seeds, lookup.edges, cfg, as_of, anchor, plan.broad_query)))
-        f_agg = submit(self._timed(lambda c: signals.aggregation_facts(c, agent_id, plan.pattern_queries, cfg, as_of)))
+            seeds = {e.entity_key: e.in_query for e in plan.entities if e.source == "deterministic"}
+            stage = time.perf_counter()
+            graph_hits, graph_nodes = signals.graph_facts(
+                conn, agent_id, seeds, lookup.edges, cfg, as_of, anchor, plan.broad_query)
+            timings["graph"] = _ms(stage)
+            stage = time.perf_counter()
+            aggregation = signals.aggregation_facts(conn, agent_id, plan.pattern_queries, cfg, as_of)
+            timings["aggregation"] = _ms(stage)
 
-        qvec: str | None
-        try:
-            qvec, timings["embed"] = f_embed.result()
-        except Exception as exc:  # fail-safe: no semantic signal, the others still answer
-            qvec = None
-            trace["embed_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
-        f_sem = submit(self._timed(lambda c: signals.semantic_facts(c, agent_id, qvec, cfg, floor, as_of))) if qvec else None
-        events_start = time.perf_counter()
-        event_signals: dict[str, dict[str, float]] = {}
-        event_rows: list[tuple[Any, ...]] = []
-        if cfg.topk_events > 0:
-            with self.pool.connection() as conn:
-                event_signals = signals.message_candidates(
-                    conn, agent_id, qvec, words, cfg, floor, as_of, modes["mem_messages"])
-                event_rows = signals.hydrate_messages(conn, agent_id, sorted(event_signals), qvec)
-        timings["events"] = _ms(events_start)
+            qvec: str | None
+            try:
+                qvec, timings["embed"] = f_embed.result()
+            except Exception as exc:  # fail-safe: no semantic signal, the others still answer
+                qvec = None
+                trace["embed_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            stage = time.perf_counter()
+            semantic = signals.semantic_facts(conn, agent_id, qvec, cfg, floor, as_of) if qvec else []
+            timings["semantic"] = _ms(stage)
 
-        semantic, timings["semantic"] = f_sem.result() if f_sem else ([], 0.0)
-        keyword, timings["keyword"] = f_kw.result()
-        (graph_hits, graph_nodes), timings["graph"] = f_graph.result()
-        aggregation, timings["aggregation"] = f_agg.result()
-        counts = trace["candidates"]
-        counts.update(semantic=len(semantic), keyword=len(keyword), graph=len(graph_hits),
-                      aggregation=len(aggregation), events=len(event_rows))
-        trace["graph_entities"] = {str(h): sorted(k for k, n in graph_nodes.items() if n.hop == h)
-                                   for h in sorted({n.hop for n in graph_nodes.values()})}
+            counts = trace["candidates"]
+            counts.update(semantic=len(semantic), keyword=len(keyword), graph=len(graph_hits),
+                          aggregation=len(aggregation))
+            trace["graph_entities"] = {str(h): sorted(k for k, n in graph_nodes.items() if n.hop == h)
+                                       for h in sorted({n.hop for n in graph_nodes.values()})}
 
-        # merge: dedupe by fact id, keep every signal's score
-        signal_map: dict[str, dict[str, float]] = {}
-        for fid, _ in semantic:
-            signal_map.setdefault(fid, {})
-        for fid, score in keyword:
-            signal_map.setdefault(fid, {})["keyword"] = score
-        structural: dict[str, float] = {}
-        for hit in graph_hits:
-            signal_map.setdefault(hit.fact_id, {})
-            structural[hit.fact_id] = hit.structural
-        for fid, score in aggregation:
-            signal_map.setdefault(fid, {})["aggregation"] = score
+            # merge: dedupe by fact id, keep every signal's score
+            signal_map: dict[str, dict[str, float]] = {}
+            for fid, _ in semantic:
+                signal_map.setdefault(fid, {})
+            for fid, score in keyword:
+                signal_map.setdefault(fid, {})["keyword"] = score
+            structural: dict[str, float] = {}
+            for hit in graph_hits:
+                signal_map.setdefault(hit.fact_id, {})
+                structural[hit.fact_id] = hit.structural
+            for fid, score in aggregation:
+                signal_map.setdefault(fid, {})["aggregation"] = score
 
-        stage = time.perf_counter()
-        with self.pool.connection() as conn:
+            stage = time.perf_counter()
             rows = signals.hydrate_facts(conn, agent_id, sorted(signal_map), qvec)
             timings["hydrate"] = _ms(stage)
             cands = [Candidate(rows[fid], dict(sig), structural.get(fid, 0.0))
@@ -281,6 +294,13 @@ class Retriever:
             counts["spreading"] = spread.unique
             n_fact_candidates = len(cands) + len(spread.activation)
             timings["enhance"] = _ms(stage)
+
+        event_signals: dict[str, dict[str, float]] = {}
+        event_rows: list[tuple[Any, ...]] = []
+        timings["events"] = 0.0
+        if f_events is not None:
+            event_signals, event_rows, timings["events"] = f_events.result()
+        counts["events"] = len(event_rows)
         events = rank_events(event_rows, event_signals, cfg, floor, anchor)
 
         # rerank (optional)

@@ -9,6 +9,8 @@ vectors). User text only ever reaches SQL as a bound parameter; LIKE patterns ar
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -81,13 +83,26 @@ def _set_hnsw(conn: Any, ef_search: int) -> None:
     )
 
 
+@contextmanager
+def _batch(conn: Any) -> Iterator[None]:
+    """psycopg pipeline mode when the connection supports it: statements issued inside are
+    sent together and answered in one round trip (results are read after the block)."""
+    pipeline = getattr(conn, "pipeline", None)
+    if pipeline is None:
+        yield
+        return
+    with pipeline():
+        yield
+
+
 def semantic_facts(
     conn: Any, agent_id: str, qvec: str, cfg: RetrieveConfig, floor: float, as_of: datetime | None
 ) -> list[tuple[str, float]]:
     """(fact_id, cosine) of the nearest facts above the similarity threshold, HNSW order."""
     limit = cfg.candidate_pool
-    _set_hnsw(conn, max(cfg.hnsw_ef_search, limit))
-    rows = conn.execute(
+    with _batch(conn):  # the settings and the search travel in one round trip
+        _set_hnsw(conn, max(cfg.hnsw_ef_search, limit))
+        cur = conn.execute(
         f"""
         WITH nn AS MATERIALIZED (
             SELECT f.fact_id, f.embedding <=> %(q)s::vector AS d
@@ -107,7 +122,8 @@ def semantic_facts(
             "n": limit,
             "maxd": 1.0 - similarity_threshold(cfg, floor),
         },
-    ).fetchall()
+        )
+    rows = cur.fetchall()
     return [(r[0], float(r[1])) for r in rows]
 
 
@@ -281,25 +297,23 @@ def linked_facts(
         if order == "recent"
         else "f.importance DESC, f.reinforcement_count DESC, f.valid_from DESC, f.fact_id"
     )
-    has_links = conn.execute(
-        "SELECT EXISTS (SELECT 1 FROM mem_fact_entities WHERE agent_id = %s)", (agent_id,)
-    ).fetchone()[0]
-    if has_links:
-        inner = f"""
-            SELECT f.fact_id, f.valid_from, f.importance, f.reinforcement_count
-              FROM mem_fact_entities fe
-              JOIN mem_facts f ON f.agent_id = fe.agent_id AND f.fact_id = fe.fact_id
-             WHERE fe.agent_id = %(a)s AND fe.entity_key = k.key AND {fact_visibility(as_of)}
-               AND f.confidence >= %(minc)s
-             ORDER BY {order_sql} LIMIT k.lim"""
-    else:
-        inner = f"""
-            SELECT f.fact_id, f.valid_from, f.importance, f.reinforcement_count
-              FROM mem_facts f
-             WHERE f.agent_id = %(a)s AND f.entity_key = k.key AND {fact_visibility(as_of)}
-               AND f.confidence >= %(minc)s
-             ORDER BY {order_sql} LIMIT k.lim"""
+    # whether the agent has links at all is decided inside the statement (one-time filter),
+    # not by a separate round trip
+    inner = f"""
+        (SELECT f.fact_id, f.valid_from, f.importance, f.reinforcement_count
+           FROM mem_fact_entities fe
+           JOIN mem_facts f ON f.agent_id = fe.agent_id AND f.fact_id = fe.fact_id
+          WHERE (SELECT v FROM hl) AND fe.agent_id = %(a)s AND fe.entity_key = k.key
+            AND {fact_visibility(as_of)} AND f.confidence >= %(minc)s
+          ORDER BY {order_sql} LIMIT k.lim)
+        UNION ALL
+        (SELECT f.fact_id, f.valid_from, f.importance, f.reinforcement_count
+           FROM mem_facts f
+          WHERE NOT (SELECT v FROM hl) AND f.agent_id = %(a)s AND f.entity_key = k.key
+            AND {fact_visibility(as_of)} AND f.confidence >= %(minc)s
+          ORDER BY {order_sql} LIMIT k.lim)"""
     rows = conn.execute(
+        "WITH hl AS (SELECT EXISTS (SELECT 1 FROM mem_fact_entities WHERE agent_id = %(a)s) AS v) "
         f"SELECT k.key, x.fact_id FROM unnest(%(k)s::text[], %(n)s::int[]) AS k(key, lim) CROSS JOIN LATERAL ({inner}) x",
         {"a": agent_id, "k": keys, "t": as_of, "minc": cfg.min_confidence, "n": limits},
     ).fetchall()
@@ -420,6 +434,83 @@ def hydrate_messages(
         """,
         {"a": agent_id, "ids": ids, "q": qvec},
     ).fetchall()
+
+
+def message_events(
+    conn: Any,
+    agent_id: str,
+    qvec: str | None,
+    words: list[str],
+    cfg: RetrieveConfig,
+    floor: float,
+    as_of: datetime | None,
+    mode: str = "ilike",
+) -> tuple[dict[str, dict[str, float]], list[tuple[Any, ...]]]:
+    """``message_candidates`` + ``hydrate_messages`` in ONE statement (one round trip, the
+    HNSW settings pipelined with it): the same candidates (semantic nearest above the
+    threshold ∪ keyword best), the same scores, the same hydrated rows."""
+    limit = max(cfg.candidate_pool, cfg.topk_events * 4)
+    ctes: list[str] = []
+    sources: list[str] = []
+    if qvec is not None:
+        ctes.append(
+            f"""nn AS MATERIALIZED (
+                SELECT m.message_id, m.embedding <=> %(q)s::vector AS d
+                  FROM mem_messages m
+                 WHERE m.agent_id = %(a)s AND {message_visibility(as_of)} AND m.embedding IS NOT NULL
+                 ORDER BY m.embedding <=> %(q)s::vector
+                 LIMIT %(n)s
+            ), sem AS (SELECT message_id, 1 - d AS cos FROM nn WHERE d <= %(maxd)s)"""
+        )
+        sources.append("SELECT message_id FROM sem")
+    else:
+        ctes.append("sem AS (SELECT NULL::text AS message_id, NULL::float8 AS cos WHERE FALSE)")
+    params: dict[str, Any] = {"q": qvec, "a": agent_id, "t": as_of, "n": limit,
+                              "maxd": 1.0 - similarity_threshold(cfg, floor)}
+    if words:
+        patterns = [f"%{escape_like(w)}%" for w in words]
+        ctes.append(
+            f"""kw AS MATERIALIZED (
+                SELECT m.message_id, {_match_count("m.text", len(words))} / %(k)s AS s
+                  FROM mem_messages m
+                 WHERE m.agent_id = %(a)s AND {message_visibility(as_of)} AND {_keyword_filter("m.text", mode)}
+                 ORDER BY s DESC, m.occurred_at DESC, m.message_id
+                 LIMIT %(n)s
+            )"""
+        )
+        sources.append("SELECT message_id FROM kw")
+        params.update({"p": patterns, "tsq": tsquery_text(words), "k": len(words),
+                       **{f"p{i}": p for i, p in enumerate(patterns)}})
+    else:
+        ctes.append("kw AS (SELECT NULL::text AS message_id, NULL::float8 AS s WHERE FALSE)")
+    if not sources:
+        return {}, []
+    sql = f"""
+        WITH {", ".join(ctes)}, ids AS ({" UNION ".join(sources)})
+        SELECT m.message_id, m.text, m.occurred_at, m.speaker, m.session_id,
+               CASE WHEN m.embedding IS NULL OR %(q)s::vector IS NULL THEN NULL
+                    ELSE 1 - (m.embedding <=> %(q)s::vector) END,
+               sem.cos, kw.s
+          FROM ids
+          JOIN mem_messages m ON m.agent_id = %(a)s AND m.message_id = ids.message_id
+          LEFT JOIN sem ON sem.message_id = ids.message_id
+          LEFT JOIN kw ON kw.message_id = ids.message_id
+         ORDER BY m.message_id
+    """
+    with _batch(conn):
+        if qvec is not None:
+            _set_hnsw(conn, max(cfg.hnsw_ef_search, limit))
+        cur = conn.execute(sql, params)
+    out: dict[str, dict[str, float]] = {}
+    rows: list[tuple[Any, ...]] = []
+    for mid, text, occurred_at, speaker, session_id, cosine, sem_cos, kw_s in cur.fetchall():
+        sig = out.setdefault(mid, {})
+        if sem_cos is not None:
+            sig["cosine"] = float(sem_cos)
+        if kw_s is not None:
+            sig["keyword"] = float(kw_s)
+        rows.append((mid, text, occurred_at, speaker, session_id, cosine))
+    return out, rows
 
 
 @dataclass(frozen=True)
