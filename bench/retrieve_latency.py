@@ -277,6 +277,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument(
         "--compare", help="importable package with another Retriever to measure alongside"
     )
+    ap.add_argument(
+        "--exact-rows",
+        type=int,
+        default=0,
+        help="Retriever(exact_search_rows=…): exact kNN for agents with at most this many rows",
+    )
     ap.add_argument("--dump", help="write every result's (id, score) lists to this JSON file")
     ap.add_argument("--skip-embedder", action="store_true", help="do not time the offline embedder")
     ap.add_argument(
@@ -317,7 +323,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             url, min_size=6, max_size=8, kwargs={"options": f"-c search_path={schema},public"}
         )
         pool.wait()
-        contenders: dict[str, Any] = {"current": Retriever(pool, embedder, config=None)}
+        contenders: dict[str, Any] = {
+            "current": Retriever(pool, embedder, config=None, exact_search_rows=args.exact_rows)
+        }
         if args.compare:  # e.g. a copy of the previous implementation, measured in the same run
             module = importlib.import_module(args.compare)
             contenders[args.compare] = module.Retriever(pool, embedder, config=None)

@@ -25,8 +25,12 @@ def text_hash(text: str) -> str:
 
 
 def vector_literal(vector: Sequence[float]) -> str:
-    """pgvector's text input form; ``repr`` keeps every digit of the float."""
-    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+    """pgvector's text input form (``[a, b, …]``); ``repr`` keeps every digit of the float.
+
+    ``str`` of a list of floats is that repr, built in C (a generator join cost ~10% of the
+    projector's CPU); pgvector skips the spaces.
+    """
+    return str(list(map(float, vector)))
 
 
 class CountingEmbedder:

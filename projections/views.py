@@ -154,6 +154,9 @@ class ReadModelView(PostgresTrackingRecorder):
 
         Texts to embed are gathered first: one cache lookup, one ``embed()`` for the misses,
         one cache insert, committed on their own (a paid vector survives a failed batch).
+        Rows are written in libpq pipeline mode: statements go out without waiting for each
+        reply (a handler that reads — agent lookup, merge — syncs); an error anywhere aborts
+        the rest and rolls the transaction back.
         """
         if not batch:
             return
@@ -166,7 +169,7 @@ class ReadModelView(PostgresTrackingRecorder):
                 fill_cache(curs, self.model, texts, batch_size=None)
         saved = self._save_state()
         try:
-            with self.datastore.transaction(commit=True) as curs:
+            with self.datastore.transaction(commit=True) as curs, curs.connection.pipeline():
                 curs.execute(self.search_path)
                 self._insert_tracking(curs, batch[0][1])  # refuses a replay, locks the row
                 for handler, event in steps:

@@ -19,8 +19,9 @@ Why it is shaped like this (ADR-0004):
   ONE transaction (records of several messages, decisions of several agents). The store
   serialises inserts with a table lock anyway, so this turns N waiting transactions into one
   without changing any message's order of steps (its record is still stored before its
-  extraction). A conflict in a shared transaction re-runs each member's save on its own, so
-  every caller sees exactly the outcome a solo save would have had.
+  extraction). A conflict (or any error but a lost connection) in a shared transaction
+  re-runs each member's save on its own, so every caller sees exactly the outcome a solo
+  save would have had.
 - **One writer per agent per process.** The application's aggregate cache hands out the
   shared object (no deepcopy, see ``services/app.py``), so writes to one agent are
   serialised by a per-agent lock; different agents proceed in parallel.
@@ -37,7 +38,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from eventsourcing.persistence import RecordConflictError
+from eventsourcing.persistence import InterfaceError, OperationalError, RecordConflictError
 from pydantic import BaseModel, Field
 
 from domain.aggregate import AgentMemory, MessageRecord
@@ -118,10 +119,11 @@ class GroupCommit:
     commit) dominates a small save. Here the first caller becomes the *leader* and saves,
     in one transaction, everything queued while the previous transaction ran; the others
     wait and get their own slice of recordings. Semantics per caller are unchanged: a save
-    returns only once its events are committed, and if the shared transaction conflicts
-    (``RecordConflictError``: one member's aggregate moved on, or a redelivered record),
-    each member is saved alone so only the guilty one sees the conflict. A single writer
-    pays one uncontended lock.
+    returns only once its events are committed, and if the shared transaction fails for a
+    reason that may be one member's own (``RecordConflictError``: one member's aggregate
+    moved on, or a redelivered record; or a value the database refuses), each member is
+    saved alone so only the guilty one sees the error. A single writer pays one
+    uncontended lock.
     """
 
     def __init__(self, app: MemoryApplication, max_group: int = 128, enabled: bool = True) -> None:
@@ -189,12 +191,21 @@ class GroupCommit:
                 recordings = self.app.save(
                     *[e for p in group for e in p.events], *[a for p in group for a in p.aggregates]
                 )
-            except RecordConflictError:
+            except (InterfaceError, OperationalError) as exc:
+                # Database unreachable (already retried by the store): every member failed
+                # alike, and N more attempts would only keep them all waiting.
+                for pending in group:
+                    pending.error = exc
+                return
+            except Exception:  # noqa: BLE001
+                # A conflict, or an error that may be one member's own (a value the database
+                # or the transcoder refuses): each member on its own, so only the guilty one
+                # fails and the others are saved, as if each had saved alone.
                 self.stats["split"] += 1
                 for pending in group:
                     self._solo(pending)
                 return
-            except BaseException as exc:  # storage failure: every member failed alike
+            except BaseException as exc:  # interrupted: nobody was saved
                 for pending in group:
                     pending.error = exc
                 return

@@ -211,3 +211,138 @@ def test_agent_opened_in_message_only_save(pg: Env, agent_id: str) -> None:
     assert tracking_positions(pg.url, pg.schema)["memory"] == pos
     assert AgentMemory  # the agent aggregate was not touched: no mem_agents row
     assert pg.rows("SELECT count(*) AS n FROM mem_agents")[0]["n"] == 0
+
+
+# ----- batching: many events per transaction, tracking of the last one ----------------------
+
+
+def _wipe_read_models(url: str, schema: str) -> None:
+    """Drop every read-model and tracking table (the log and the embedding cache stay)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        tables = [r[0] for r in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s AND (tablename LIKE 'mem%%' "
+            "OR tablename LIKE '%%_tracking') AND tablename <> 'mem_embedding_cache'", (schema,))]
+        for table in tables:
+            conn.execute(f'DROP TABLE IF EXISTS "{schema}"."{table}" CASCADE')
+
+
+def test_batched_rows_equal_the_single_event_path(pg: Env) -> None:
+    from test_rebuild import drive, dump  # the rebuild test's every-event-kind conversation
+
+    last = drive(pg.app, "agent-a", 12)
+    single = ProjectionSet.start(MemoryApplication, pg.env, pg.embedder, max_batch_events=1)
+    single.wait(last, timeout=30)
+    last = drive(pg.app, "agent-b", 6)  # live, while running
+    single.wait(last, timeout=30)
+    assert all(r.view.batches == r.view.events_applied for r in single.runners.values())
+    single.stop()
+    expected = dump(pg.url, pg.schema)
+    assert len(expected["mem_facts"]) > 10
+
+    _wipe_read_models(pg.url, pg.schema)
+    ps = pg.start()  # default batching: catches up on the whole log in a few transactions
+    ps.wait(last, timeout=30)
+    for runner in ps.runners.values():
+        assert runner.view.events_applied >= last - 1
+        assert runner.view.batches * 5 <= runner.view.events_applied  # really batched
+    assert dump(pg.url, pg.schema) == expected
+
+
+class _Poisoned(Exception):
+    pass
+
+
+def test_failure_mid_batch_rolls_back_the_batch_and_the_runner_resumes(
+    pg: Env, agent_id: str
+) -> None:
+    from projections.batching import BatchingProjectionRunner
+    from projections.runner import MemoryProjection
+    from projections.views import MemoryView, bind_view
+
+    mem = pg.app.agent_memory(agent_id)
+    mem.register_entity("person:ana", "Ana", "person", "m0", BY)
+    mem.add_fact(fact("f1", "person:ana", "Ana likes tea", T0, msg="src"))
+    mem.add_fact(fact("f2", "person:ana", "Ana likes jazz", T0, msg="src"))
+    pg.save(mem)
+    positions = []
+    for i in range(30):
+        mem.confirm_fact("f1", "boom" if i == 20 else f"m{i}", T0 + timedelta(minutes=i))
+        positions.append(pg.save(mem))
+
+    class Flaky(bind_view(MemoryView, pg.embedder)):  # type: ignore[misc]
+        """Fails on the confirmation from message 'boom' while ``armed``."""
+
+        armed = True
+
+        def _fact_confirmed(self, curs: Any, e: Any) -> None:
+            super()._fact_confirmed(curs, e)
+            if Flaky.armed and e.message_id == "boom":
+                raise _Poisoned(e.message_id)
+
+    def run() -> BatchingProjectionRunner[Any]:
+        runner: BatchingProjectionRunner[Any] = BatchingProjectionRunner(
+            application_class=MemoryApplication, projection_class=MemoryProjection,
+            view_class=Flaky, env=pg.env,
+        )
+        return runner.__enter__()
+
+    runner = run()
+    with pytest.raises(_Poisoned):
+        runner.run_forever(timeout=20)  # the processing thread's error, re-raised
+    runner.__exit__(None, None, None)
+    runner.view.datastore.close()
+    # the whole log was one batch: nothing committed, not even the events before 'boom'
+    assert tracking_positions(pg.url, pg.schema, ["memory"])["memory"] is None
+    assert pg.rows("SELECT count(*) AS n FROM mem_facts")[0]["n"] == 0
+    assert pg.rows("SELECT count(*) AS n FROM mem_agents")[0]["n"] == 0
+    # the batch's texts were embedded in ONE call and kept although the rows rolled back
+    assert (pg.embedder.calls, pg.embedder.texts) == (1, 2)
+
+    Flaky.armed = False
+    runner = run()  # resumes from the (absent) tracking position: applies everything once
+    try:
+        runner.wait(positions[-1], timeout=20)
+        assert runner.view.batches < runner.view.events_applied
+    finally:
+        runner.__exit__(None, None, None)
+        runner.view.datastore.close()
+    row = pg.rows("SELECT * FROM mem_facts WHERE fact_id = 'f1' AND agent_id = %s", agent_id)[0]
+    assert row["reinforcement_count"] == 30 and len(row["event_versions"]) == 31
+    assert tracking_positions(pg.url, pg.schema, ["memory"])["memory"] == positions[-1]
+    assert pg.embedder.calls == 1  # nothing re-embedded on resume
+
+
+def test_batch_refused_when_it_overlaps_the_tracked_position(pg: Env, agent_id: str) -> None:
+    """A batch starting at or before the recorded position is refused whole, rows untouched."""
+    mem = pg.app.agent_memory(agent_id)
+    mem.register_entity("person:ana", "Ana", "person", "m0", BY)
+    mem.add_fact(fact("f1", "person:ana", "Ana likes tea", T0, msg="src"))
+    pg.save(mem)
+    for i in range(3):
+        mem.confirm_fact("f1", f"m{i}", T0 + timedelta(minutes=i))
+        pos = pg.save(mem)
+    ps = pg.start()
+    ps.wait(pos, timeout=20)
+    view = ps.runners["memory"].view
+    events = pg.app.agent_events(agent_id)[-2:]
+    batch = [(events[0], Tracking("engramdb", pos)), (events[1], Tracking("engramdb", pos + 1))]
+    with pytest.raises(IntegrityError):
+        view.apply_batch(batch)
+    row = pg.rows("SELECT reinforcement_count FROM mem_facts WHERE fact_id = 'f1'")[0]
+    assert row["reinforcement_count"] == 3
+    assert tracking_positions(pg.url, pg.schema)["memory"] == pos
+
+
+def test_read_your_writes_with_batching_and_linger(pg: Env, agent_id: str) -> None:
+    ps = ProjectionSet.start(MemoryApplication, pg.env, pg.embedder, max_batch_wait=0.02)
+    pg.projections = ps
+    mem = pg.app.agent_memory(agent_id)
+    mem.register_entity("person:ana", "Ana", "person", "m0", BY)
+    for i in range(8):
+        record = MessageRecord(agent_id=agent_id, message_id=f"m{i}", session_id=None,
+                               speaker="Ana", text=f"note {i}", occurred_at=T0, metadata={})
+        mem.add_fact(fact(f"f{i}", "person:ana", f"Ana note {i}", T0, msg=f"m{i}"))
+        ps.wait(pg.save(mem, record), timeout=20)
+        # visible the moment wait() returns, in both projections
+        assert pg.rows("SELECT count(*) AS n FROM mem_facts")[0]["n"] == i + 1
+        assert pg.rows("SELECT count(*) AS n FROM mem_messages")[0]["n"] == i + 1

@@ -1,11 +1,13 @@
 """``Retriever``: Plan → Retrieve (signals, concurrently) → Merge & rank → Enhance → Rerank
 → Format (SPEC §3). Reads only the projections (read models), never the event store.
 
-Concurrency: the query embedding, the keyword signal and the planner's lookups start at
-once; graph/aggregation start when the plan exists, semantic facts and messages when the
-query vector exists. Each runs on its own pooled connection (``psycopg_pool``), so the
-signals really run in parallel inside PostgreSQL. The whole call is synchronous and
-thread-safe; async callers use ``asyncio.to_thread``.
+Concurrency (re-measured, ADR 0006): the query embedding runs in a worker thread while the
+fact signals run in sequence on ONE pooled connection (keyword → plan → graph → aggregation
+→ semantic → hydrate → spreading); the messages search (semantic + keyword + hydrate in one
+statement) runs beside them on a second connection once the vector exists. On a 2-core box
+five concurrent connections only time-slice, and each extra connection/round trip costs a
+context switch. The whole call is synchronous and thread-safe; async callers use
+``asyncio.to_thread``.
 
 Recency anchor ("now" for recency and confidence decay): ``as_of`` when given, else the
 agent's latest message time (then latest fact time, then the wall clock). Memories ingested
@@ -74,6 +76,7 @@ class Retriever:
         *,
         similarity_floor: float | None = None,
         max_workers: int = 4,
+        exact_search_rows: int = 0,
     ) -> None:
         self.pool = pool
         self.embedder = embedder
@@ -81,6 +84,10 @@ class Retriever:
         self.config = config or RetrieveConfig()
         self.wait_for_position = wait_for_position
         self._floor_override = similarity_floor
+        # > 0: agents with at most this many rows in a table get an exact nearest-neighbour
+        # search there instead of the shared HNSW index (faster for small agents in a big
+        # table, and exact; 0 = HNSW always, the behaviour the quality numbers were taken with)
+        self.exact_search_rows = int(exact_search_rows)
         self._keyword_modes: dict[str, str] | None = None  # detected once from pg_indexes
         self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="engramdb-retrieve")
 
@@ -116,15 +123,6 @@ class Retriever:
         embed_query = getattr(self.embedder, "embed_query", None)
         vector = embed_query(text) if callable(embed_query) else self.embedder.embed([text])[0]
         return signals.vector_literal([float(x) for x in vector]), _ms(start)
-
-    def _timed(self, fn: Callable[[Any], Any]) -> Callable[[], tuple[Any, float]]:
-        def run() -> tuple[Any, float]:
-            start = time.perf_counter()
-            with self.pool.connection() as conn:
-                value = fn(conn)
-            return value, _ms(start)
-
-        return run
 
     @staticmethod
     def _anchor(conn: Any, agent_id: str) -> tuple[datetime, str]:
@@ -199,7 +197,7 @@ class Retriever:
             ev_start = time.perf_counter()
             with self.pool.connection() as ev_conn:
                 sig, rows_ = signals.message_events(
-                    ev_conn, agent_id, qv, words, cfg, floor, as_of, modes["mem_messages"])
+                    ev_conn, agent_id, qv, words, cfg, floor, as_of, modes["mem_messages"], self.exact_search_rows)
             return sig, rows_, _ms(ev_start)
 
         with self.pool.connection() as conn:
@@ -246,7 +244,9 @@ class Retriever:
                 qvec = None
                 trace["embed_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
             stage = time.perf_counter()
-            semantic = signals.semantic_facts(conn, agent_id, qvec, cfg, floor, as_of) if qvec else []
+            semantic = (
+                signals.semantic_facts(conn, agent_id, qvec, cfg, floor, as_of, self.exact_search_rows)
+                if qvec else [])
             timings["semantic"] = _ms(stage)
 
             counts = trace["candidates"]

@@ -77,8 +77,11 @@ def similarity_threshold(cfg: RetrieveConfig, floor: float) -> float:
 def _set_hnsw(conn: Any, ef_search: int) -> None:
     # set_config(..., true) is SET LOCAL: it ends with this transaction, never leaks into the
     # pooled connection. relaxed_order lets the per-agent filter not starve the HNSW scan.
+    # No parallel workers: launching them costs ~10 ms, more than any 60-row search here (and
+    # the planner would launch them even for the exact branch that a one-time filter skips).
     conn.execute(
-        "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true)",
+        "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true),"
+        " set_config('max_parallel_workers_per_gather', '0', true)",
         (str(ef_search),),
     )
 
@@ -95,36 +98,59 @@ def _batch(conn: Any) -> Iterator[None]:
         yield
 
 
+def nearest_cte(table: str, alias: str, id_col: str, where: str, exact_rows: int) -> str:
+    """``nn AS MATERIALIZED (…)``: the ``LIMIT %(n)s`` nearest rows of the agent, (id, d).
+
+    ``exact_rows > 0`` adds an exact branch (ORDER BY the distance over the agent's rows via
+    the btree, ties by id) taken when the agent has at most ``exact_rows`` rows in ``table``
+    — decided inside the statement by a capped count (one-time filters), so deterministic
+    for the same data. A small agent in a large shared table otherwise makes the filtered
+    HNSW walk thousands of pages (ADR-0006); the exact branch returns the true nearest rows,
+    which the approximate search only estimates, so it can change the candidate set."""
+    a = alias
+    hnsw = (f"SELECT {a}.{id_col}, {a}.embedding <=> %(q)s::vector AS d FROM {table} {a}"
+            f" WHERE {{gate}}{a}.agent_id = %(a)s AND {where} AND {a}.embedding IS NOT NULL"
+            f" ORDER BY {a}.embedding <=> %(q)s::vector LIMIT %(n)s")
+    if exact_rows <= 0:
+        return f"nn AS MATERIALIZED ({hnsw.format(gate='')})"
+    exact = (f"SELECT {a}.{id_col}, {a}.embedding <=> %(q)s::vector AS d FROM {table} {a}"
+             f" WHERE (SELECT small FROM cnt) AND {a}.agent_id = %(a)s AND {where} AND {a}.embedding IS NOT NULL"
+             f" ORDER BY ({a}.embedding <=> %(q)s::vector) + 0, {a}.{id_col} LIMIT %(n)s")
+    return (
+        f"cnt AS MATERIALIZED (SELECT count(*) <= {int(exact_rows)} AS small FROM"
+        f" (SELECT 1 FROM {table} WHERE agent_id = %(a)s LIMIT {int(exact_rows) + 1}) c),"
+        f" nn AS MATERIALIZED (({exact}) UNION ALL ({hnsw.format(gate='NOT (SELECT small FROM cnt) AND ')}))"
+    )
+
+
 def semantic_facts(
-    conn: Any, agent_id: str, qvec: str, cfg: RetrieveConfig, floor: float, as_of: datetime | None
+    conn: Any,
+    agent_id: str,
+    qvec: str,
+    cfg: RetrieveConfig,
+    floor: float,
+    as_of: datetime | None,
+    exact_rows: int = 0,
 ) -> list[tuple[str, float]]:
-    """(fact_id, cosine) of the nearest facts above the similarity threshold, HNSW order."""
+    """(fact_id, cosine) of the nearest facts above the similarity threshold, HNSW order
+    (exact below ``exact_rows`` rows of the agent, see ``nearest_cte``)."""
     limit = cfg.candidate_pool
+    where = f"{fact_visibility(as_of)} AND f.confidence >= %(minc)s"
     with _batch(conn):  # the settings and the search travel in one round trip
         _set_hnsw(conn, max(cfg.hnsw_ef_search, limit))
         cur = conn.execute(
-        f"""
-        WITH nn AS MATERIALIZED (
-            SELECT f.fact_id, f.embedding <=> %(q)s::vector AS d
-              FROM mem_facts f
-             WHERE f.agent_id = %(a)s AND {fact_visibility(as_of)}
-               AND f.confidence >= %(minc)s AND f.embedding IS NOT NULL
-             ORDER BY f.embedding <=> %(q)s::vector
-             LIMIT %(n)s
+            f"WITH {nearest_cte('mem_facts', 'f', 'fact_id', where, exact_rows)}"
+            " SELECT fact_id, 1 - d FROM nn WHERE d <= %(maxd)s ORDER BY d, fact_id",
+            {
+                "q": qvec,
+                "a": agent_id,
+                "t": as_of,
+                "minc": cfg.min_confidence,
+                "n": limit,
+                "maxd": 1.0 - similarity_threshold(cfg, floor),
+            },
         )
-        SELECT fact_id, 1 - d FROM nn WHERE d <= %(maxd)s ORDER BY d, fact_id
-        """,
-        {
-            "q": qvec,
-            "a": agent_id,
-            "t": as_of,
-            "minc": cfg.min_confidence,
-            "n": limit,
-            "maxd": 1.0 - similarity_threshold(cfg, floor),
-        },
-        )
-    rows = cur.fetchall()
-    return [(r[0], float(r[1])) for r in rows]
+    return [(r[0], float(r[1])) for r in cur.fetchall()]
 
 
 FTS_CONFIG = "simple"  # language-neutral: facts stay in the user's language
@@ -445,6 +471,7 @@ def message_events(
     floor: float,
     as_of: datetime | None,
     mode: str = "ilike",
+    exact_rows: int = 0,
 ) -> tuple[dict[str, dict[str, float]], list[tuple[Any, ...]]]:
     """``message_candidates`` + ``hydrate_messages`` in ONE statement (one round trip, the
     HNSW settings pipelined with it): the same candidates (semantic nearest above the
@@ -454,13 +481,8 @@ def message_events(
     sources: list[str] = []
     if qvec is not None:
         ctes.append(
-            f"""nn AS MATERIALIZED (
-                SELECT m.message_id, m.embedding <=> %(q)s::vector AS d
-                  FROM mem_messages m
-                 WHERE m.agent_id = %(a)s AND {message_visibility(as_of)} AND m.embedding IS NOT NULL
-                 ORDER BY m.embedding <=> %(q)s::vector
-                 LIMIT %(n)s
-            ), sem AS (SELECT message_id, 1 - d AS cos FROM nn WHERE d <= %(maxd)s)"""
+            nearest_cte("mem_messages", "m", "message_id", message_visibility(as_of), exact_rows)
+            + ", sem AS (SELECT message_id, 1 - d AS cos FROM nn WHERE d <= %(maxd)s)"
         )
         sources.append("SELECT message_id FROM sem")
     else:
