@@ -79,9 +79,11 @@ def _set_hnsw(conn: Any, ef_search: int) -> None:
     # pooled connection. relaxed_order lets the per-agent filter not starve the HNSW scan.
     # No parallel workers: launching them costs ~10 ms, more than any 60-row search here (and
     # the planner would launch them even for the exact branch that a one-time filter skips).
+    # Custom plans: a generic plan (psycopg prepares after 5 runs) does not know the agent's
+    # size and once picked a sort-all plan at 100k facts (~400 ms).
     conn.execute(
         "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true),"
-        " set_config('max_parallel_workers_per_gather', '0', true)",
+        " set_config('max_parallel_workers_per_gather', '0', true), set_config('plan_cache_mode', 'force_custom_plan', true)",
         (str(ef_search),),
     )
 
