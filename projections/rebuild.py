@@ -30,7 +30,12 @@ from pydantic import BaseModel
 
 from domain.ports import EmbeddingProvider
 from projections.bulk import COLUMNS, EMBEDDED_TEXT, FOLDS, ConversationFold, MemoryFold
-from projections.embeddings import SQL_TEXT_HASH, CountingEmbedder, fill_cache, text_hash
+from projections.embeddings import (
+    SQL_TEXT_HASH,
+    CountingEmbedder,
+    fill_cache_outside_transactions,
+    text_hash,
+)
 from projections.runner import PROJECTION_CLASSES, _names
 from projections.schema import EMBEDDING_CACHE_DDL, READ_MODEL_META_DDL
 from projections.views import VIEW_CLASSES, ReadModelView, bind_view
@@ -166,9 +171,9 @@ def _fill_embeddings(datastore: Any, embedder: CountingEmbedder, fold: Any) -> N
     texts = {text_hash(t): t for t in fold.texts()}
     if not texts:
         return
-    with datastore.transaction(commit=True) as curs:
-        _search_path(curs, datastore.schema)
-        fill_cache(curs, embedder, texts.values())
+    fill_cache_outside_transactions(
+        datastore, lambda curs: _search_path(curs, datastore.schema), embedder, texts.values()
+    )
 
 
 def _write(

@@ -28,7 +28,7 @@ from psycopg.types.json import Jsonb
 from domain.aggregate import AgentMemory, MessageRecord
 from domain.keys import fold
 from domain.ports import EmbeddingProvider
-from projections.embeddings import CACHED_VECTOR_SQL, fill_cache, text_hash
+from projections.embeddings import CACHED_VECTOR_SQL, fill_cache_outside_transactions, text_hash
 from projections.schema import (
     CONVERSATION_TABLES,
     EMBEDDING_CACHE_DDL,
@@ -164,9 +164,10 @@ class ReadModelView(PostgresTrackingRecorder):
         texts = [t for handler, event in steps if handler is not None
                  for t in self.texts_to_embed(event)]
         if texts:
-            with self.datastore.transaction(commit=True) as curs:
-                curs.execute(self.search_path)
-                fill_cache(curs, self.model, texts, batch_size=None)
+            fill_cache_outside_transactions(
+                self.datastore, lambda curs: curs.execute(self.search_path), self.model, texts,
+                batch_size=None,
+            )
         saved = self._save_state()
         try:
             with self.datastore.transaction(commit=True) as curs, curs.connection.pipeline():
