@@ -43,7 +43,7 @@ def test_publish_retrieve_history_facts_rebuild(cli_env, agent_id):
 
     out = runner.invoke(app, ["retrieve", "--agent", agent_id, "Where does Rita work? Globex", "--facts"])
     assert out.exit_code == 0, out.output
-    assert "I work at Globex." in out.output and fact_id in out.output
+    assert "works at Globex." in out.output and fact_id in out.output
 
     hist = runner.invoke(app, ["history", "--agent", agent_id, "--fact", fact_id])
     assert hist.exit_code == 0 and '"decision":"ADD"' in hist.output

@@ -16,7 +16,7 @@ from typing import Any
 from services.retrieve.config import RetrieveConfig
 from services.retrieve.planner import load_edges
 from services.retrieve.rank import Candidate
-from services.retrieve.signals import linked_facts
+from services.retrieve.signals import entity_specificity, linked_facts
 
 
 @dataclass
@@ -83,10 +83,11 @@ def spread(
         conn, agent_id, sorted(entity_act), cfg.spreading_facts_per_entity, cfg, as_of, order="important"
     )
     out.returned = len(rows)
+    specific = entity_specificity(conn, agent_id, sorted(entity_act))
     for key, fid in rows:
         if fid in known_ids:
             continue
-        value = entity_act[key]
+        value = entity_act[key] * specific.get(key, 1.0)
         if value > out.activation.get(fid, 0.0):
             out.activation[fid] = value
     out.unique = len(out.activation)

@@ -313,7 +313,11 @@ class Retriever:
         ranked = [c for c in ranked if c.final >= cfg.min_score and c.final > 0.0]
         counts["dropped_min_score"] = before - len(ranked)
         top = ranked[: cfg.topk_facts]
-        events = [e for e in events if e.final >= cfg.min_score and e.final > 0.0][: cfg.topk_events]
+        # a turn that is the source of a returned fact adds little the fact does not say:
+        # leave its place to another conversation (less repetition, more coverage)
+        covered = {m for c in top for m in c.row.source_message_ids} if cfg.dedupe_events else set()
+        events = [e for e in events if e.final >= cfg.min_score and e.final > 0.0
+                  and e.message_id not in covered][: cfg.topk_events]
 
         facts = [
             ScoredFact(

@@ -1,10 +1,13 @@
 """Merge & rank (SPEC §3.3): one score per candidate, explained in ``scores``.
 
-``score = w_sem·relevance + w_rec·recency + w_imp·importance + pattern`` where
+``score = relevance·(w_sem + w_rec·recency) + w_imp·importance + pattern`` where
 ``relevance = 1 − (1 − semantic)·Π(1 − w_s·signal_s)`` fuses the semantic score with the
 keyword, graph, spreading and aggregation signals (noisy-OR, ADR 0006): each signal can only
 raise relevance, a fact found by several signals ranks above one found by one, and with
-only the semantic signal the formula is exactly the spec's. Pure functions, no I/O.
+only the semantic signal the formula has the spec's weights. Recency *scales* relevance
+(a fresh fact counts up to (0.70+0.20)/0.70 ≈ 1.29× an old one of equal relevance) instead
+of being added to it: added, it let any fact of the last few weeks outrank a relevant
+older one, and LoCoMo Recall@10 fell from 62 to 42 (ADR 0006). Pure functions, no I/O.
 """
 
 from __future__ import annotations
@@ -77,8 +80,7 @@ def score_candidate(cand: Candidate, cfg: RetrieveConfig, floor: float, anchor: 
     relevance = fuse(semantic, cand.signals, cfg)
     pattern = pattern_boost(row.reinforcement_count, cfg)
     formula = (
-        cfg.weight("semantic") * relevance
-        + cfg.weight("recency") * recency
+        relevance * (cfg.weight("semantic") + cfg.weight("recency") * recency)
         + cfg.weight("importance") * row.importance
         + pattern
     )
@@ -142,7 +144,10 @@ def score_event(ev: EventCandidate, cfg: RetrieveConfig, floor: float, anchor: d
     semantic = calibrated(ev.cosine, floor, cfg)
     relevance = fuse(semantic, {"keyword": ev.keyword}, cfg)
     recency = decay(anchor, ev.occurred_at, cfg.recency_half_life_days)
-    formula = cfg.weight("semantic") * relevance + cfg.weight("recency") * recency + cfg.weight("importance") * 0.5
+    formula = (
+        relevance * (cfg.weight("semantic") + cfg.weight("recency") * recency)
+        + cfg.weight("importance") * 0.5
+    )
     ev.formula = ev.final = max(0.0, min(1.0, formula))
     ev.scores = {
         "semantic": round(semantic, 6),
