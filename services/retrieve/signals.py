@@ -203,8 +203,9 @@ def keyword_params(
     weights = []
     for i in range(len(words)):
         df = float(row[i + 1]) if row else 0.0
-        weights.append(math.log(1.0 + (total - df + 0.5) / (df + 0.5)))
+        weights.append(math.log(1.0 + (total - df + 0.5) / (df + 0.5)) if df > 0 else 0.0)
     params.update({f"w{i}": w for i, w in enumerate(weights)})
+    # a word no row of this agent contains can match nothing: it must not dilute the others
     params["k"] = sum(weights) or 1.0
     return params
 
@@ -470,71 +471,6 @@ def floored_decay(anchor: datetime, when: datetime | None, half_life_days: float
 # ----- messages ("Relevant conversations") ---------------------------------------------
 
 
-def message_candidates(
-    conn: Any,
-    agent_id: str,
-    qvec: str | None,
-    words: list[str],
-    cfg: RetrieveConfig,
-    floor: float,
-    as_of: datetime | None,
-    mode: str = "ilike",
-) -> dict[str, dict[str, float]]:
-    """message_id -> {"semantic": cosine, "keyword": fraction} for the raw conversation log."""
-    out: dict[str, dict[str, float]] = {}
-    limit = max(cfg.candidate_pool, cfg.topk_events * 4)
-    if qvec is not None:
-        _set_hnsw(conn, max(cfg.hnsw_ef_search, limit))
-        rows = conn.execute(
-            f"""
-            WITH nn AS MATERIALIZED (
-                SELECT m.message_id, m.embedding <=> %(q)s::vector AS d
-                  FROM mem_messages m
-                 WHERE m.agent_id = %(a)s AND {message_visibility(as_of)} AND m.embedding IS NOT NULL
-                 ORDER BY m.embedding <=> %(q)s::vector
-                 LIMIT %(n)s
-            )
-            SELECT message_id, 1 - d FROM nn WHERE d <= %(maxd)s ORDER BY d, message_id
-            """,
-            {"q": qvec, "a": agent_id, "t": as_of, "n": limit, "maxd": 1.0 - similarity_threshold(cfg, floor)},
-        ).fetchall()
-        for mid, sim in rows:
-            out.setdefault(mid, {})["cosine"] = float(sim)
-    if words:
-        rows = conn.execute(
-            f"""
-            SELECT m.message_id,
-                   {_match_count("m.text", len(words))} / %(k)s AS s
-              FROM mem_messages m
-             WHERE m.agent_id = %(a)s AND {message_visibility(as_of)} AND {_keyword_filter("m.text", mode)}
-             ORDER BY s DESC, m.occurred_at DESC, m.message_id
-             LIMIT %(n)s
-            """,
-            {**keyword_params(conn, "mem_messages", "text", agent_id, words, mode), "t": as_of, "n": limit},
-        ).fetchall()
-        for mid, s in rows:
-            out.setdefault(mid, {})["keyword"] = float(s)
-    return out
-
-
-def hydrate_messages(
-    conn: Any, agent_id: str, ids: list[str], qvec: str | None
-) -> list[tuple[Any, ...]]:
-    """(message_id, text, occurred_at, speaker, session_id, cosine|None) for ``ids``."""
-    if not ids:
-        return []
-    return conn.execute(
-        """
-        SELECT m.message_id, m.text, m.occurred_at, m.speaker, m.session_id,
-               CASE WHEN m.embedding IS NULL OR %(q)s::vector IS NULL THEN NULL
-                    ELSE 1 - (m.embedding <=> %(q)s::vector) END
-          FROM mem_messages m
-         WHERE m.agent_id = %(a)s AND m.message_id = ANY(%(ids)s)
-        """,
-        {"a": agent_id, "ids": ids, "q": qvec},
-    ).fetchall()
-
-
 def message_events(
     conn: Any,
     agent_id: str,
@@ -546,9 +482,9 @@ def message_events(
     mode: str = "ilike",
     exact_rows: int = 0,
 ) -> tuple[dict[str, dict[str, float]], list[tuple[Any, ...]]]:
-    """``message_candidates`` + ``hydrate_messages`` in ONE statement (one round trip, the
-    HNSW settings pipelined with it): the same candidates (semantic nearest above the
-    threshold ∪ keyword best), the same scores, the same hydrated rows."""
+    """Conversation candidates and their rows in ONE statement (one round trip, the HNSW
+    settings pipelined with it): semantic nearest above the threshold ∪ keyword best, each
+    with its cosine and keyword score."""
     limit = max(cfg.candidate_pool, cfg.topk_events * 4)
     ctes: list[str] = []
     sources: list[str] = []
