@@ -173,8 +173,8 @@ def _match_count(column: str, n: int) -> str:
     return "(" + " + ".join(f"({column} ILIKE %(p{i})s)::int * %(w{i})s" for i in range(n)) + ")::float8"
 
 
-DF_CAP = 5000
-N_CAP = 50000
+DF_CAP = 2000
+N_CAP = 10000
 
 
 def keyword_params(
