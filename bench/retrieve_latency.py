@@ -280,8 +280,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument(
         "--exact-rows",
         type=int,
-        default=0,
-        help="Retriever(exact_search_rows=…): exact kNN for agents with at most this many rows",
+        default=None,
+        help="Retriever(exact_search_rows=…): exact kNN for agents with at most this many rows"
+        " (default: the Retriever's own default)",
     )
     ap.add_argument("--dump", help="write every result's (id, score) lists to this JSON file")
     ap.add_argument("--skip-embedder", action="store_true", help="do not time the offline embedder")
@@ -324,7 +325,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
         pool.wait()
         contenders: dict[str, Any] = {
-            "current": Retriever(pool, embedder, config=None, exact_search_rows=args.exact_rows)
+            "current": Retriever(pool, embedder, config=None, **(
+                {} if args.exact_rows is None else {"exact_search_rows": args.exact_rows}))
         }
         if args.compare:  # e.g. a copy of the previous implementation, measured in the same run
             module = importlib.import_module(args.compare)
