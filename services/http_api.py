@@ -56,12 +56,18 @@ def _plain(value: Any) -> Any:
 
 
 def _unprocessable(loc: list[str | int], msg: str, kind: str = "value_error") -> JSONResponse:
-    return JSONResponse(status_code=422, content={"detail": [{"loc": loc, "msg": msg, "type": kind}]})
+    return JSONResponse(
+        status_code=422, content={"detail": [{"loc": loc, "msg": msg, "type": kind}]}
+    )
 
 
 def _from_validation(prefix: list[str | int], exc: ValidationError) -> JSONResponse:
     details = [
-        {"loc": [*prefix, *err.get("loc", ())], "msg": err.get("msg", ""), "type": err.get("type", "value_error")}
+        {
+            "loc": [*prefix, *err.get("loc", ())],
+            "msg": err.get("msg", ""),
+            "type": err.get("type", "value_error"),
+        }
         for err in exc.errors(include_url=False, include_context=False, include_input=False)
     ]
     return JSONResponse(status_code=422, content={"detail": details})
@@ -84,23 +90,23 @@ def create_app(memory: Any, *, title: str = "engramdb") -> FastAPI:
     )
     async def retrieve(request: RetrieveRequest) -> Any:
         try:
-            result = await anyio.to_thread.run_sync(
-                lambda: memory.retrieve(
-                    request.agent_id,
-                    request.query,
-                    as_of=request.as_of,
-                    wait_for=request.wait_for,
-                    config_overrides=request.config_overrides,
-                )
-            )
+            result = await anyio.to_thread.run_sync(lambda: request.send_to(memory))
         except UnknownConfigKey as exc:
-            return _unprocessable(["body", "config_overrides", *exc.keys], str(exc), "extra_forbidden")
+            return _unprocessable(
+                ["body", "config_overrides", *exc.keys], str(exc), "extra_forbidden"
+            )
         except ValidationError as exc:  # bad override values: name the config field
             return _from_validation(["body", "config_overrides"], exc)
         except TimeoutError as exc:
             raise HTTPException(status_code=504, detail=str(exc)) from exc
         except ValueError as exc:
-            field = "agent_id" if "agent_id" in str(exc) else "wait_for" if "wait_for" in str(exc) else "query"
+            field = (
+                "agent_id"
+                if "agent_id" in str(exc)
+                else "wait_for"
+                if "wait_for" in str(exc)
+                else "query"
+            )
             return _unprocessable(["body", field], str(exc))
         return _plain(result)
 
@@ -128,7 +134,9 @@ def create_app(memory: Any, *, title: str = "engramdb") -> FastAPI:
         responses={422: {"model": ErrorBody}},
         summary="The agent's facts as memory knew and held them at `as_of` (default: now)",
     )
-    async def facts(agent_id: str, as_of: Annotated[datetime | None, Query(description="ISO 8601")] = None) -> Any:
+    async def facts(
+        agent_id: str, as_of: Annotated[datetime | None, Query(description="ISO 8601")] = None
+    ) -> Any:
         when = as_of or datetime.now(UTC)
         if when.tzinfo is None:
             when = when.replace(tzinfo=UTC)
@@ -142,15 +150,21 @@ def create_app(memory: Any, *, title: str = "engramdb") -> FastAPI:
     async def history(agent_id: str, fact_id: str) -> Any:
         entries = await anyio.to_thread.run_sync(lambda: memory.history(agent_id, fact_id))
         if not entries:
-            raise HTTPException(status_code=404, detail=f"no history for fact {fact_id!r} of agent {agent_id!r}")
+            raise HTTPException(
+                status_code=404, detail=f"no history for fact {fact_id!r} of agent {agent_id!r}"
+            )
         return _plain(entries)
 
     @app.get("/healthz", response_model=Health, summary="Liveness: the process answers")
     async def healthz() -> Health:
         return Health(status="ok")
 
-    @app.get("/readyz", response_model=Health, responses={503: {"model": Health}},
-             summary="Readiness: database, broker and projections reachable")
+    @app.get(
+        "/readyz",
+        response_model=Health,
+        responses={503: {"model": Health}},
+        summary="Readiness: database, broker and projections reachable",
+    )
     async def readyz() -> Any:
         check = getattr(memory, "health", None)
         if check is None:
@@ -158,12 +172,21 @@ def create_app(memory: Any, *, title: str = "engramdb") -> FastAPI:
         try:
             report = await anyio.to_thread.run_sync(check)
         except Exception as exc:
-            return JSONResponse(status_code=503, content={"status": "unavailable", "checks": {"error": str(exc)}})
+            return JSONResponse(
+                status_code=503, content={"status": "unavailable", "checks": {"error": str(exc)}}
+            )
         data = _plain(report) if report is not None else {}
         if isinstance(data, bool):
             data = {"ok": data}
-        ok = data.get("ok", data.get("status", "ok") in ("ok", True)) if isinstance(data, dict) else bool(data)
-        body = {"status": "ok" if ok else "unavailable", "checks": data if isinstance(data, dict) else {"value": data}}
+        ok = (
+            data.get("ok", data.get("status", "ok") in ("ok", True))
+            if isinstance(data, dict)
+            else bool(data)
+        )
+        body = {
+            "status": "ok" if ok else "unavailable",
+            "checks": data if isinstance(data, dict) else {"value": data},
+        }
         return JSONResponse(status_code=200 if ok else 503, content=body)
 
     @app.exception_handler(ValidationError)

@@ -58,15 +58,7 @@ async def handle_request(memory: Any, raw: bytes | str) -> dict[str, Any]:
         text = _describe(exc) if isinstance(exc, ValidationError) else f"invalid JSON: {exc}"
         return _error("validation", text)
     try:
-        result = await anyio.to_thread.run_sync(
-            lambda: memory.retrieve(
-                request.agent_id,
-                request.query,
-                as_of=request.as_of,
-                wait_for=request.wait_for,
-                config_overrides=request.config_overrides,
-            )
-        )
+        result = await anyio.to_thread.run_sync(lambda: request.send_to(memory))
     except UnknownConfigKey as exc:
         return _error("validation", str(exc))
     except ValidationError as exc:
@@ -89,16 +81,26 @@ def register_retrieve(broker: NatsBroker, memory: Any, subject: str = DEFAULT_SU
     return retrieve_responder
 
 
-def create_retrieve_broker(memory: Any, nats_url: str, subject: str = DEFAULT_SUBJECT) -> NatsBroker:
+def create_retrieve_broker(
+    memory: Any, nats_url: str, subject: str = DEFAULT_SUBJECT
+) -> NatsBroker:
     """A broker serving only retrieve; run it with ``FastStream(broker)`` or ``await broker.start()``."""
     broker = NatsBroker(nats_url)
     register_retrieve(broker, memory, subject)
     return broker
 
 
-async def request_retrieve(broker: NatsBroker, request: RetrieveRequest | dict[str, Any],
-                           subject: str = DEFAULT_SUBJECT, timeout: float = 10.0) -> RetrieveReply:
+async def request_retrieve(
+    broker: NatsBroker,
+    request: RetrieveRequest | dict[str, Any],
+    subject: str = DEFAULT_SUBJECT,
+    timeout: float = 10.0,
+) -> RetrieveReply:
     """Client helper: send a request and parse the reply."""
-    body = request.model_dump(mode="json", exclude_none=True) if isinstance(request, BaseModel) else request
+    body = (
+        request.model_dump(mode="json", exclude_none=True)
+        if isinstance(request, BaseModel)
+        else request
+    )
     reply = await broker.request(json.dumps(body), subject, timeout=timeout)
     return RetrieveReply.model_validate_json(reply.body)

@@ -80,6 +80,17 @@ class RetrieveRequest(BaseModel):
     wait_for: int | None = Field(default=None, ge=0, description="log position to wait for (read-your-writes)")
     config_overrides: dict[str, Any] | None = Field(default=None, description="RetrieveConfig fields for this call")
 
+    def send_to(self, memory: Any) -> RetrieveResult:
+        """Run this request on anything with ``Memory.retrieve``'s signature (HTTP, NATS)."""
+        result: RetrieveResult = memory.retrieve(
+            self.agent_id,
+            self.query,
+            as_of=self.as_of,
+            wait_for=self.wait_for,
+            config_overrides=self.config_overrides,
+        )
+        return result
+
 
 class RetrieveResult(BaseModel):
     agent_id: str
