@@ -16,7 +16,7 @@ from typing import Any
 from services.retrieve.config import RetrieveConfig
 from services.retrieve.planner import load_edges
 from services.retrieve.rank import Candidate
-from services.retrieve.signals import entity_specificity, linked_facts
+from services.retrieve.signals import linked_with_specificity
 
 
 @dataclass
@@ -79,11 +79,10 @@ def spread(
         out.entities[hop] = [k for k, _ in chosen]
     if not entity_act:
         return out
-    rows = linked_facts(
+    rows, specific = linked_with_specificity(
         conn, agent_id, sorted(entity_act), cfg.spreading_facts_per_entity, cfg, as_of, order="important"
     )
     out.returned = len(rows)
-    specific = entity_specificity(conn, agent_id, sorted(entity_act))
     for key, fid in rows:
         if fid in known_ids:
             continue

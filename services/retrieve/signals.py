@@ -89,6 +89,38 @@ def _set_hnsw(conn: Any, ef_search: int) -> None:
     )
 
 
+_RESTORE_PLANS = (
+    "SELECT set_config('plan_cache_mode', coalesce(nullif(current_setting("
+    "'engramdb.saved_plan_cache_mode', true), ''), current_setting('plan_cache_mode')), true)"
+)
+
+
+def _restore_plans(conn: Any) -> None:
+    """Put back the ``plan_cache_mode`` saved by ``_custom_plans`` (same pipeline, no extra
+    round trip)."""
+    conn.execute(_RESTORE_PLANS)
+
+
+@contextmanager
+def _custom_plans(conn: Any) -> Iterator[None]:
+    """Statements issued inside run with ``plan_cache_mode = force_custom_plan``, sent in ONE
+    round trip (pipeline) with the setting and its restore: the previous value is saved in a
+    transaction-local custom setting and put back, so nothing leaks into later statements or
+    the pooled connection (if an autocommit connection ended the transaction in between, the
+setting already ended with it and the restore keeps the current value). Why: psycopg prepares a statement after 5 runs and PostgreSQL may
+    then keep a generic plan that knows neither the agent's size nor the words' frequencies —
+    the capped IDF counts took ~20 ms instead of ~3 ms at 100k facts (ADR 0006). Other
+    statements (``linked_facts``) are faster with their generic plan, hence the scope. A plan
+    never changes a result here: every query orders by a total key."""
+    with _batch(conn):
+        conn.execute(
+            "SELECT set_config('engramdb.saved_plan_cache_mode', current_setting('plan_cache_mode'), true),"
+            " set_config('plan_cache_mode', 'force_custom_plan', true)"
+        )
+        yield
+        _restore_plans(conn)
+
+
 @contextmanager
 def _batch(conn: Any) -> Iterator[None]:
     """psycopg pipeline mode when the connection supports it: statements issued inside are
@@ -198,7 +230,9 @@ def keyword_params(
                  if mode == "fts" else f"{col} ILIKE %(p{i})s")
         counts.append(f"(SELECT count(*) FROM (SELECT 1 FROM {table} {alias} WHERE "
                       f"{alias}.agent_id = %(a)s AND {match} LIMIT {DF_CAP}) x)")
-    row = conn.execute("SELECT " + ", ".join(counts), params).fetchone()
+    with _custom_plans(conn):
+        cur = conn.execute("SELECT " + ", ".join(counts), params)
+    row = cur.fetchone()
     total = float(row[0]) if row else 0.0
     weights = []
     for i in range(len(words)):
@@ -226,8 +260,11 @@ def keyword_facts(
     """(fact_id, fraction of the keyword words found in its text), best first."""
     if not words:
         return []
-    rows = conn.execute(
-        f"""
+    params = {**keyword_params(conn, "mem_facts", "fact_text", agent_id, words, mode), "t": as_of,
+              "minc": cfg.min_confidence, "n": cfg.candidate_pool}
+    with _custom_plans(conn):
+        cur = conn.execute(
+            f"""
         SELECT f.fact_id,
                {_match_count("f.fact_text", len(words))} / %(k)s AS s
           FROM mem_facts f
@@ -236,10 +273,9 @@ def keyword_facts(
          ORDER BY s DESC, f.valid_from DESC, f.fact_id
          LIMIT %(n)s
         """,
-        {**keyword_params(conn, "mem_facts", "fact_text", agent_id, words, mode), "t": as_of,
-         "minc": cfg.min_confidence, "n": cfg.candidate_pool},
-    ).fetchall()
-    return [(r[0], float(r[1])) for r in rows]
+            params,
+        )
+    return [(r[0], float(r[1])) for r in cur.fetchall()]
 
 
 def keyword_modes(conn: Any) -> dict[str, str]:
@@ -355,6 +391,20 @@ def linked_facts(
     as_of: datetime | None,
     order: str = "recent",
 ) -> list[tuple[str, str]]:
+    """(entity_key, fact_id) for facts that *mention* each entity (see ``_linked_facts_cursor``)."""
+    cur = _linked_facts_cursor(conn, agent_id, keys, per_entity, cfg, as_of, order)
+    return [] if cur is None else [(r[0], r[1]) for r in cur.fetchall()]
+
+
+def _linked_facts_cursor(
+    conn: Any,
+    agent_id: str,
+    keys: list[str],
+    per_entity: int | list[int],
+    cfg: RetrieveConfig,
+    as_of: datetime | None,
+    order: str = "recent",
+) -> Any:
     """(entity_key, fact_id) for facts that *mention* each entity through the fact↔entity
     link table (not only the primary subject); falls back to ``entity_key`` matching when
     the agent has no links at all (memories projected before links existed).
@@ -362,7 +412,7 @@ def linked_facts(
     limits = per_entity if isinstance(per_entity, list) else [per_entity] * len(keys)
     pairs = [(k, n) for k, n in zip(keys, limits, strict=True) if n > 0]
     if not pairs:
-        return []
+        return None
     keys, limits = [k for k, _ in pairs], [n for _, n in pairs]
     order_sql = (
         "f.valid_from DESC, f.fact_id"
@@ -384,12 +434,30 @@ def linked_facts(
           WHERE NOT (SELECT v FROM hl) AND f.agent_id = %(a)s AND f.entity_key = k.key
             AND {fact_visibility(as_of)} AND f.confidence >= %(minc)s
           ORDER BY {order_sql} LIMIT k.lim)"""
-    rows = conn.execute(
+    return conn.execute(
         "WITH hl AS (SELECT EXISTS (SELECT 1 FROM mem_fact_entities WHERE agent_id = %(a)s) AS v) "
         f"SELECT k.key, x.fact_id FROM unnest(%(k)s::text[], %(n)s::int[]) AS k(key, lim) CROSS JOIN LATERAL ({inner}) x",
         {"a": agent_id, "k": keys, "t": as_of, "minc": cfg.min_confidence, "n": limits},
-    ).fetchall()
-    return [(r[0], r[1]) for r in rows]
+    )
+
+
+def linked_with_specificity(
+    conn: Any,
+    agent_id: str,
+    keys: list[str],
+    per_entity: int | list[int],
+    cfg: RetrieveConfig,
+    as_of: datetime | None,
+    order: str = "recent",
+) -> tuple[list[tuple[str, str]], dict[str, float]]:
+    """``linked_facts`` and ``entity_specificity`` of the same keys, sent together in one
+    round trip (pipeline): graph and spreading need both and neither depends on the other."""
+    with _batch(conn):
+        spec_cur = _specificity_cursor(conn, agent_id, keys)
+        linked_cur = _linked_facts_cursor(conn, agent_id, keys, per_entity, cfg, as_of, order)
+    specific = _specificity_from(spec_cur.fetchall()) if spec_cur is not None else {}
+    linked = [(r[0], r[1]) for r in linked_cur.fetchall()] if linked_cur is not None else []
+    return linked, specific
 
 
 def entity_specificity(conn: Any, agent_id: str, keys: list[str]) -> dict[str, float]:
@@ -397,9 +465,14 @@ def entity_specificity(conn: Any, agent_id: str, keys: list[str]) -> dict[str, f
     agent's facts, scaled to [0, 1] (1 = an entity with one fact). Without it, naming a hub
     (the user, a speaker every other fact is about) promoted all of its facts alike: graph and
     spreading then cost LoCoMo Recall@10 more than half (62 → 31, ADR 0006)."""
+    cur = _specificity_cursor(conn, agent_id, keys)
+    return {} if cur is None else _specificity_from(cur.fetchall())
+
+
+def _specificity_cursor(conn: Any, agent_id: str, keys: list[str]) -> Any:
     if not keys:
-        return {}
-    rows = conn.execute(
+        return None
+    return conn.execute(
         f"""
         SELECT k.key,
                (SELECT count(*) FROM (SELECT 1 FROM mem_fact_entities l
@@ -410,7 +483,10 @@ def entity_specificity(conn: Any, agent_id: str, keys: list[str]) -> dict[str, f
           FROM unnest(%(keys)s::text[]) AS k(key)
         """,
         {"a": agent_id, "keys": keys},
-    ).fetchall()
+    )
+
+
+def _specificity_from(rows: list[tuple[Any, ...]]) -> dict[str, float]:
     out: dict[str, float] = {}
     for key, linked, total in rows:
         if not linked:
@@ -441,8 +517,8 @@ def graph_facts(
     keys = sorted(nodes)
     limits = [max(1, base // (4 ** nodes[k].hop)) for k in keys]
     best: dict[str, GraphHit] = {}
-    specific = entity_specificity(conn, agent_id, keys)
-    for key, fact_id in linked_facts(conn, agent_id, keys, limits, cfg, as_of):
+    linked, specific = linked_with_specificity(conn, agent_id, keys, limits, cfg, as_of)
+    for key, fact_id in linked:
         node = nodes[key]
         edge_recency = 1.0 if node.hop == 0 else floored_decay(anchor, node.edge_seen, cfg.recency_half_life_days)
         bonus = cfg.graph_query_bonus if node.in_query else 1.0
