@@ -110,7 +110,7 @@ def _custom_plans(conn: Any) -> Iterator[None]:
 setting already ended with it and the restore keeps the current value). Why: psycopg prepares a statement after 5 runs and PostgreSQL may
     then keep a generic plan that knows neither the agent's size nor the words' frequencies —
     the capped IDF counts took ~20 ms instead of ~3 ms at 100k facts (ADR 0006). Other
-    statements (``linked_facts``) are faster with their generic plan, hence the scope. A plan
+    statements (the linked-facts lookup) are faster with their generic plan, hence the scope. A plan
     never changes a result here: every query orders by a total key."""
     with _batch(conn):
         conn.execute(
@@ -382,20 +382,6 @@ def bfs(
     return nodes
 
 
-def linked_facts(
-    conn: Any,
-    agent_id: str,
-    keys: list[str],
-    per_entity: int | list[int],
-    cfg: RetrieveConfig,
-    as_of: datetime | None,
-    order: str = "recent",
-) -> list[tuple[str, str]]:
-    """(entity_key, fact_id) for facts that *mention* each entity (see ``_linked_facts_cursor``)."""
-    cur = _linked_facts_cursor(conn, agent_id, keys, per_entity, cfg, as_of, order)
-    return [] if cur is None else [(r[0], r[1]) for r in cur.fetchall()]
-
-
 def _linked_facts_cursor(
     conn: Any,
     agent_id: str,
@@ -450,7 +436,7 @@ def linked_with_specificity(
     as_of: datetime | None,
     order: str = "recent",
 ) -> tuple[list[tuple[str, str]], dict[str, float]]:
-    """``linked_facts`` and ``entity_specificity`` of the same keys, sent together in one
+    """The linked facts (``_linked_facts_cursor``) and ``entity_specificity`` of the same keys, sent together in one
     round trip (pipeline): graph and spreading need both and neither depends on the other."""
     with _batch(conn):
         spec_cur = _specificity_cursor(conn, agent_id, keys)
