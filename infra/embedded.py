@@ -132,6 +132,30 @@ def wait_until(predicate: Any, timeout: float, interval: float = 0.05) -> bool:
     return bool(predicate())
 
 
+class ReleasableHandle:
+    """What the PostgreSQL and NATS handles share: ``stop()`` releases this process's claim
+    (idempotent) and the server stops when no live claim remains; usable with ``with``.
+    Subclasses are dataclasses with ``data_dir`` and ``_token`` fields and say how to release."""
+
+    data_dir: Path
+    _token: Path | None
+
+    def _release(self, data_dir: Path, token: Path) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        if self._token is None:
+            return
+        token, self._token = self._token, None
+        self._release(self.data_dir, token)
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 class ClientRegistry:
     """Reference count of live handles on one server, as token files in a directory."""
 

@@ -29,6 +29,7 @@ import psutil
 from infra.embedded import (
     ClientRegistry,
     EmbeddedServerError,
+    ReleasableHandle,
     file_lock,
     pick_port,
     process_alive,
@@ -67,7 +68,7 @@ def nats_server_binary() -> Path:
 
 
 @dataclass
-class NatsHandle:
+class NatsHandle(ReleasableHandle):
     url: str
     monitor_url: str
     pid: int
@@ -79,18 +80,8 @@ class NatsHandle:
     def store_dir(self) -> Path:
         return self.data_dir / "nats"
 
-    def stop(self) -> None:
-        """Release this handle; the server stops when no live handle remains."""
-        if self._token is None:
-            return
-        token, self._token = self._token, None
-        release_nats(self.data_dir, token)
-
-    def __enter__(self) -> NatsHandle:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def _release(self, data_dir: Path, token: Path) -> None:
+        release_nats(data_dir, token)
 
 
 def _healthy(monitor_port: int) -> bool:

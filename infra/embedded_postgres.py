@@ -38,6 +38,7 @@ import psutil
 from infra.embedded import (
     ClientRegistry,
     EmbeddedServerError,
+    ReleasableHandle,
     file_lock,
     pick_port,
     process_alive,
@@ -71,7 +72,7 @@ def pg_bin_dir() -> Path:
 
 
 @dataclass
-class PostgresHandle:
+class PostgresHandle(ReleasableHandle):
     """A reference to a running embedded server; ``stop()`` releases it (idempotent)."""
 
     host: str
@@ -96,18 +97,8 @@ class PostgresHandle:
     def pgdata(self) -> Path:
         return self.data_dir / "pg"
 
-    def stop(self) -> None:
-        """Release this handle; the server stops when no live handle remains."""
-        if self._token is None:
-            return
-        token, self._token = self._token, None
-        release_postgres(self.data_dir, token)
-
-    def __enter__(self) -> PostgresHandle:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def _release(self, data_dir: Path, token: Path) -> None:
+        release_postgres(data_dir, token)
 
 
 # --------------------------------------------------------------------------- running as root

@@ -99,20 +99,9 @@ class ProjectionSet:
         self.runners: dict[str, BatchingProjectionRunner[ReadModelView]] = {}
 
     @classmethod
-    def start(
-        cls,
-        application_class: type[Any],
-        env: dict[str, str],
-        embedder: EmbeddingProvider,
-        projections: str | Sequence[str] | None = None,
-        *,
-        max_batch_events: int | None = None,
-        max_batch_wait: float | None = None,
-    ) -> ProjectionSet:
-        return cls(
-            application_class, env, embedder, projections,
-            max_batch_events=max_batch_events, max_batch_wait=max_batch_wait,
-        )._start()
+    def start(cls, *args: Any, **kwargs: Any) -> ProjectionSet:
+        """Construct (same arguments as the constructor) and start the projectors."""
+        return cls(*args, **kwargs)._start()
 
     def _start(self) -> ProjectionSet:
         try:

@@ -63,9 +63,8 @@ class Memory:
             open=True,
         )
         self._ensure_pattern_table()
-        self.projections = ProjectionSet(MemoryApplication, env, embedder)
-        if start_projectors:
-            self.projections._start()
+        make = ProjectionSet.start if start_projectors else ProjectionSet
+        self.projections = make(MemoryApplication, env, embedder)
         self.pipeline = WritePipeline(
             self.app,
             extractor,
