@@ -25,10 +25,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from domain.aggregate import MessageRecord
-from infra.database import ensure_extensions, es_env_from_url, resolve_database
-from infra.settings import Settings
-from services.app import MemoryApplication
+from engramdb.domain.aggregate import MessageRecord
+from engramdb.infra.database import ensure_extensions, es_env_from_url, resolve_database
+from engramdb.infra.settings import Settings
+from engramdb.services.app import MemoryApplication
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 BY = {"extractor": "bench"}

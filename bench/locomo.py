@@ -517,7 +517,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _settings(args: argparse.Namespace, data_dir: Path | None) -> Any:
-    from infra.settings import Settings
+    from engramdb.infra.settings import Settings
 
     overrides: dict[str, Any] = {}
     if args.embedder:
@@ -534,7 +534,7 @@ def _settings(args: argparse.Namespace, data_dir: Path | None) -> Any:
 def _open_memory(settings: Any, embedder: Any, extractor: Any) -> Any:
     """Observations mode runs with no LLM at all (entity resolution included), so it is
     deterministic and offline; configured mode uses whatever the settings configure."""
-    from services.memory import Memory
+    from engramdb.services.memory import Memory
 
     if extractor is not None:
         return Memory.open(settings, llm=None, embedder=embedder, extractor=extractor)
@@ -572,7 +572,7 @@ def main(argv: list[str] | None = None) -> int:
         temp_dir = data_dir = Path(tempfile.mkdtemp(prefix="engramdb-locomo-", dir="/tmp"))
     settings = _settings(args, data_dir)
 
-    from infra.providers.factory import make_embedder
+    from engramdb.infra.providers.factory import make_embedder
 
     embedder = MemoEmbedder(make_embedder(settings))
     run_id = datetime.now(UTC).strftime("%Y%m%d%H%M%S") + "-" + uuid.uuid4().hex[:6]

@@ -21,7 +21,7 @@ from functools import lru_cache
 import bm25s
 import numpy as np
 
-from domain.ports import EmbeddingProvider
+from engramdb.domain.ports import EmbeddingProvider
 
 RRF_K = 60
 Ranking = list[str]  # dia_ids, best first

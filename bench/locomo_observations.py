@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 
 from bench.locomo_data import Observation
-from domain.extraction import (
+from engramdb.domain.extraction import (
     ConfidenceLevel,
     ExtractedEntity,
     ExtractedFact,
@@ -26,7 +26,7 @@ from domain.extraction import (
     ExtractionInput,
     ExtractorInfo,
 )
-from services.extraction import ExtractionOutcome
+from engramdb.services.extraction import ExtractionOutcome
 
 
 def _turn_order(dia_id: str) -> tuple[int, int]:

@@ -19,11 +19,11 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from bench.aggregate_cost import BY, bench_schema
-from domain.aggregate import MessageRecord
-from infra.providers.scripted import HashEmbedder
-from projections.embeddings import CountingEmbedder
-from projections.rebuild import RebuildReport, rebuild
-from services.app import MemoryApplication
+from engramdb.domain.aggregate import MessageRecord
+from engramdb.infra.providers.scripted import HashEmbedder
+from engramdb.projections.embeddings import CountingEmbedder
+from engramdb.projections.rebuild import RebuildReport, rebuild
+from engramdb.services.app import MemoryApplication
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 

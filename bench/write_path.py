@@ -39,7 +39,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def _instant_llm() -> Any:
-    from infra.providers.scripted import ScriptedLLM
+    from engramdb.infra.providers.scripted import ScriptedLLM
 
     def answer(messages: Sequence[dict[str, Any]]) -> str:
         user = messages[-1]["content"]
@@ -67,19 +67,19 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def _servers(tmp: Path) -> tuple[str, str, list[Any]]:
-    from infra.database import ensure_extensions
+    from engramdb.infra.database import ensure_extensions
 
     handles: list[Any] = []
     pg_url = os.environ.get("ENGRAMDB_DATABASE_URL")
     nats_url = os.environ.get("ENGRAMDB_NATS_URL")
     if not pg_url:
-        from infra.embedded_postgres import ensure_postgres
+        from engramdb.infra.embedded_postgres import ensure_postgres
 
         handle = ensure_postgres(tmp, fast_unsafe=True)
         handles.append(handle)
         pg_url = handle.url
     if not nats_url:
-        from infra.embedded_nats import ensure_nats
+        from engramdb.infra.embedded_nats import ensure_nats
 
         nats_handle = ensure_nats(tmp)
         handles.append(nats_handle)
@@ -89,10 +89,10 @@ def _servers(tmp: Path) -> tuple[str, str, list[Any]]:
 
 
 def bench_in_process(env: dict[str, str], n: int, agents: int) -> dict[str, Any]:
-    from services.app import MemoryApplication
-    from services.extraction import LLMExtractor
-    from services.messages import ConversationMessage
-    from services.write import WritePipeline
+    from engramdb.services.app import MemoryApplication
+    from engramdb.services.extraction import LLMExtractor
+    from engramdb.services.messages import ConversationMessage
+    from engramdb.services.write import WritePipeline
 
     app = MemoryApplication(env)
     llm = _instant_llm()
@@ -132,13 +132,13 @@ def bench_end_to_end(
 ) -> dict[str, Any]:
     """One run; ``batched=False`` is the baseline: each save its own transaction (2 per
     message: record, then decisions), no batch recording of a fetch."""
-    from infra.providers.scripted import HashEmbedder
-    from services.app import MemoryApplication
-    from services.extraction import LLMExtractor
-    from services.ingest import IngestThread, build_ingest_app
-    from services.messages import ConversationMessage
-    from services.publisher import MessagePublisher
-    from services.write import WritePipeline, WriteResult
+    from engramdb.infra.providers.scripted import HashEmbedder
+    from engramdb.services.app import MemoryApplication
+    from engramdb.services.extraction import LLMExtractor
+    from engramdb.services.ingest import IngestThread, build_ingest_app
+    from engramdb.services.messages import ConversationMessage
+    from engramdb.services.publisher import MessagePublisher
+    from engramdb.services.write import WritePipeline, WriteResult
 
     prefix = f"bench{uuid.uuid4().hex[:8]}"
     app = MemoryApplication(env)
@@ -157,7 +157,7 @@ def bench_end_to_end(
     projections = None
     if with_projections:
         try:
-            from projections.runner import ProjectionSet
+            from engramdb.projections.runner import ProjectionSet
 
             projections = ProjectionSet.start(MemoryApplication, env, HashEmbedder())
         except ImportError:
@@ -249,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     import psycopg
 
-    from infra.database import es_env_from_url
+    from engramdb.infra.database import es_env_from_url
 
     tmp = Path(tempfile.mkdtemp(prefix="engramdb-bench-", dir="/tmp"))
     pg_url, nats_url, handles = _servers(tmp)

@@ -19,8 +19,8 @@ from uuid import UUID
 
 from eventsourcing.domain import Aggregate, event
 
-from domain.errors import DecisionRejected
-from domain.keys import agent_aggregate_id, fact_fingerprint, fold, message_record_id
+from engramdb.domain.errors import DecisionRejected
+from engramdb.domain.keys import agent_aggregate_id, fact_fingerprint, fold, message_record_id
 
 # Index positions inside an active-fact entry; lists (not tuples) survive JSON snapshots.
 _ENTITY, _ATTRIBUTE, _FINGERPRINT = 0, 1, 2

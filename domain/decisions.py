@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from domain.aggregate import AgentMemory
-from domain.errors import DecisionRejected
-from domain.extraction import ExtractedFact, Extraction
-from domain.keys import fact_fingerprint, fold, new_fact_id
-from domain.resolution import Resolution
+from engramdb.domain.aggregate import AgentMemory
+from engramdb.domain.errors import DecisionRejected
+from engramdb.domain.extraction import ExtractedFact, Extraction
+from engramdb.domain.keys import fact_fingerprint, fold, new_fact_id
+from engramdb.domain.resolution import Resolution
 
 DecisionKind = Literal[
     "ADD", "UPDATE", "NOOP", "DELETE", "ENTITY", "ALIAS", "RELATIONSHIP", "REJECTED"

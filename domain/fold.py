@@ -28,7 +28,7 @@ from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
 
-from domain.aggregate import AgentMemory
+from engramdb.domain.aggregate import AgentMemory
 
 AsOfAxis = Literal["both", "valid", "transaction"]
 _OPENED: type = AgentMemory.Opened  # type: ignore[attr-defined]

@@ -13,8 +13,8 @@ from typing import Literal
 
 from rapidfuzz import fuzz, process
 
-from domain.aggregate import AgentMemory
-from domain.keys import entity_key, fold, self_entity_key
+from engramdb.domain.aggregate import AgentMemory
+from engramdb.domain.keys import entity_key, fold, self_entity_key
 
 FUZZY_MERGE_THRESHOLD = 0.85
 AMBIGUOUS_FLOOR = 0.50

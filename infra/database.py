@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 
 from psycopg.conninfo import conninfo_to_dict
 
-from infra.embedded_postgres import PostgresHandle, ensure_postgres
+from engramdb.infra.embedded_postgres import PostgresHandle, ensure_postgres
 
 if TYPE_CHECKING:
-    from infra.settings import Settings
+    from engramdb.infra.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +116,6 @@ def resolve_nats(settings: Settings) -> str:
     reused; released at interpreter exit — use ``EmbeddedServers`` for explicit lifetime)."""
     if settings.nats_url:
         return settings.nats_url
-    from infra.embedded_nats import ensure_nats
+    from engramdb.infra.embedded_nats import ensure_nats
 
     return ensure_nats(settings.data_dir).url

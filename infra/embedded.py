@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 if TYPE_CHECKING:
-    from infra.database import DatabaseConfig
-    from infra.embedded_nats import NatsHandle
-    from infra.settings import Settings
+    from engramdb.infra.database import DatabaseConfig
+    from engramdb.infra.embedded_nats import NatsHandle
+    from engramdb.infra.settings import Settings
 
 
 class EmbeddedServerError(RuntimeError):
@@ -220,8 +220,8 @@ class EmbeddedServers:
         return self._nats_url
 
     def start(self) -> EmbeddedServers:
-        from infra.database import ensure_extensions, resolve_database
-        from infra.embedded_nats import ensure_nats
+        from engramdb.infra.database import ensure_extensions, resolve_database
+        from engramdb.infra.embedded_nats import ensure_nats
 
         try:
             self._database = resolve_database(self.settings)

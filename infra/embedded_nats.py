@@ -26,7 +26,7 @@ from pathlib import Path
 
 import psutil
 
-from infra.embedded import (
+from engramdb.infra.embedded import (
     ClientRegistry,
     EmbeddedServerError,
     ReleasableHandle,

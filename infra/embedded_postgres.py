@@ -35,7 +35,7 @@ from urllib.parse import quote
 
 import psutil
 
-from infra.embedded import (
+from engramdb.infra.embedded import (
     ClientRegistry,
     EmbeddedServerError,
     ReleasableHandle,

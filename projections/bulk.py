@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from domain.aggregate import AgentMemory, MessageRecord
-from domain.fold import FactFold
-from domain.keys import fold
-from projections.views import (
+from engramdb.domain.aggregate import AgentMemory, MessageRecord
+from engramdb.domain.fold import FactFold
+from engramdb.domain.keys import fold
+from engramdb.projections.views import (
     extractor_label,
     jsonb,
     merge_relationship_rows,

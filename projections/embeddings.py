@@ -14,7 +14,7 @@ import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from domain.ports import EmbeddingProvider
+from engramdb.domain.ports import EmbeddingProvider
 
 SQL_TEXT_HASH = "encode(sha256(convert_to({col}, 'UTF8')), 'hex')"
 EMBED_BATCH = 64

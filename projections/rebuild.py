@@ -28,17 +28,17 @@ from eventsourcing.utils import Environment
 from psycopg import sql
 from pydantic import BaseModel
 
-from domain.ports import EmbeddingProvider
-from projections.bulk import COLUMNS, EMBEDDED_TEXT, FOLDS, ConversationFold, MemoryFold
-from projections.embeddings import (
+from engramdb.domain.ports import EmbeddingProvider
+from engramdb.projections.bulk import COLUMNS, EMBEDDED_TEXT, FOLDS, ConversationFold, MemoryFold
+from engramdb.projections.embeddings import (
     SQL_TEXT_HASH,
     CountingEmbedder,
     fill_cache_outside_transactions,
     text_hash,
 )
-from projections.runner import PROJECTION_CLASSES, _names
-from projections.schema import EMBEDDING_CACHE_DDL, READ_MODEL_META_DDL
-from projections.views import VIEW_CLASSES, ReadModelView, bind_view
+from engramdb.projections.runner import PROJECTION_CLASSES, _names
+from engramdb.projections.schema import EMBEDDING_CACHE_DDL, READ_MODEL_META_DDL
+from engramdb.projections.views import VIEW_CLASSES, ReadModelView, bind_view
 
 PAGE_SIZE = 5000
 MAINTENANCE_WORK_MEM = "512MB"  # the HNSW graph of 100k x 384-d fits: no slow fallback

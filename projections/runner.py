@@ -21,9 +21,14 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from domain.ports import EmbeddingProvider
-from projections.batching import Batch, BatchingProjectionRunner, BatchProjection, with_batching
-from projections.views import VIEW_CLASSES, ReadModelView, bind_view
+from engramdb.domain.ports import EmbeddingProvider
+from engramdb.projections.batching import (
+    Batch,
+    BatchingProjectionRunner,
+    BatchProjection,
+    with_batching,
+)
+from engramdb.projections.views import VIEW_CLASSES, ReadModelView, bind_view
 
 APPLICATION_NAME = "engramdb"
 PROJECTION_NAMES = ("conversation", "memory")
@@ -168,7 +173,7 @@ class ProjectionSet:
 
     def rebuild(self, projection: str | None = None, progress: bool = False) -> Any:
         """Stop, rebuild from the log (bulk mode), start again. Returns the RebuildReport."""
-        from projections.rebuild import rebuild
+        from engramdb.projections.rebuild import rebuild
 
         was_running = self.running
         self.stop()

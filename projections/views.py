@@ -25,11 +25,15 @@ from eventsourcing.postgres import PostgresTrackingRecorder
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from domain.aggregate import AgentMemory, MessageRecord
-from domain.keys import fold
-from domain.ports import EmbeddingProvider
-from projections.embeddings import CACHED_VECTOR_SQL, fill_cache_outside_transactions, text_hash
-from projections.schema import (
+from engramdb.domain.aggregate import AgentMemory, MessageRecord
+from engramdb.domain.keys import fold
+from engramdb.domain.ports import EmbeddingProvider
+from engramdb.projections.embeddings import (
+    CACHED_VECTOR_SQL,
+    fill_cache_outside_transactions,
+    text_hash,
+)
+from engramdb.projections.schema import (
     CONVERSATION_TABLES,
     EMBEDDING_CACHE_DDL,
     MEMORY_TABLES,

@@ -20,8 +20,8 @@ from uuid import UUID
 from eventsourcing.application import Application, ProcessingEvent
 from eventsourcing.domain import Snapshot
 
-from domain.aggregate import AgentMemory, MessageRecord
-from domain.keys import agent_aggregate_id, message_record_id
+from engramdb.domain.aggregate import AgentMemory, MessageRecord
+from engramdb.domain.keys import agent_aggregate_id, message_record_id
 
 APPLICATION_NAME = "engramdb"
 DEFAULT_ENV: dict[str, str] = {

@@ -18,10 +18,10 @@ from eventsourcing.persistence import StoredEvent
 from psycopg import sql
 from pydantic import BaseModel, Field
 
-from domain.aggregate import AgentMemory
-from domain.fold import AsOfAxis, FactFold, FactRow
-from domain.fold import facts_as_of as fold_facts_as_of
-from domain.keys import agent_aggregate_id
+from engramdb.domain.aggregate import AgentMemory
+from engramdb.domain.fold import AsOfAxis, FactFold, FactRow
+from engramdb.domain.fold import facts_as_of as fold_facts_as_of
+from engramdb.domain.keys import agent_aggregate_id
 
 _DECISION = {
     "Opened": "OPENED",

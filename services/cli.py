@@ -7,7 +7,10 @@ unless ``ENGRAMDB_DATABASE_URL`` / ``ENGRAMDB_NATS_URL`` are set.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -34,7 +37,7 @@ def _parse_time(value: str | None) -> datetime | None:
 
 
 def _open_memory(**kwargs: object):  # noqa: ANN202 - the facade type is imported lazily
-    from services.memory import Memory
+    from engramdb.services.memory import Memory
 
     return Memory.open(**kwargs)  # type: ignore[arg-type]
 
@@ -42,7 +45,7 @@ def _open_memory(**kwargs: object):  # noqa: ANN202 - the facade type is importe
 @app.command()
 def demo() -> None:
     """Record a small conversation, show events, read models, a rebuild, history and retrieval."""
-    from services.demo import run_demo
+    from engramdb.services.demo import run_demo
 
     run_demo()
 
@@ -52,7 +55,7 @@ def serve(
     role: Annotated[str, typer.Option(help="all | ingest | projector | retrieve")] = "all",
 ) -> None:
     """Run the services: NATS ingest, projectors, NATS request/reply retrieve and the HTTP API."""
-    from services.server import run_server
+    from engramdb.services.server import run_server
 
     run_server(role=role)
 
@@ -66,9 +69,9 @@ def publish(
     session: Annotated[str | None, typer.Option("--session")] = None,
 ) -> None:
     """Publish one conversation message onto NATS (JetStream); prints its message id."""
-    from infra.database import resolve_nats
-    from infra.settings import load_settings
-    from services.publisher import publish_cli
+    from engramdb.infra.database import resolve_nats
+    from engramdb.infra.settings import load_settings
+    from engramdb.services.publisher import publish_cli
 
     settings = load_settings()
     nats_url = resolve_nats(settings)
@@ -133,10 +136,29 @@ def facts(
     "locomo", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
 )
 def bench_locomo(ctx: typer.Context) -> None:
-    """LoCoMo evidence recall beside BM25, dense and hybrid baselines (args pass through)."""
-    from bench.locomo import main as locomo_main
+    """LoCoMo evidence recall beside BM25, dense and hybrid baselines (args pass through).
 
-    raise typer.Exit(locomo_main(list(ctx.args)))
+    The benchmarks are not part of the installed package (they need the repository's
+    ``bench/`` folder and its dev dependencies), so this runs ``python -m bench.locomo`` in
+    the checkout found from the working directory, and says what to do outside one.
+    """
+    checkout = _find_checkout(Path.cwd())
+    if checkout is None:
+        typer.echo(
+            "engramdb bench locomo runs from a source checkout: clone the repository, "
+            "`pip install -e '.[dev]'` and run it from the checkout's root.",
+            err=True,
+        )
+        raise typer.Exit(2)
+    done = subprocess.run([sys.executable, "-m", "bench.locomo", *ctx.args], cwd=checkout)
+    raise typer.Exit(done.returncode)
+
+
+def _find_checkout(start: Path) -> Path | None:
+    for folder in (start, *start.parents):
+        if (folder / "bench" / "locomo.py").is_file():
+            return folder
+    return None
 
 
 def main() -> None:

@@ -10,12 +10,12 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
-from infra.database import resolve_nats
-from infra.settings import load_settings
-from services.ingest import IngestThread, build_ingest_app
-from services.memory import Memory
-from services.messages import ConversationMessage
-from services.publisher import publish_message
+from engramdb.infra.database import resolve_nats
+from engramdb.infra.settings import load_settings
+from engramdb.services.ingest import IngestThread, build_ingest_app
+from engramdb.services.memory import Memory
+from engramdb.services.messages import ConversationMessage
+from engramdb.services.publisher import publish_message
 
 CONVERSATION: list[tuple[str, str, str]] = [
     ("s1", "Ana", "Hi! I'm Ana. I live in Recife and I work at Vertix as a data engineer."),

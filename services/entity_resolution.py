@@ -21,11 +21,16 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
-from domain.aggregate import AgentMemory
-from domain.extraction import Extraction
-from domain.keys import fold
-from domain.ports import LLMProvider
-from domain.resolution import AMBIGUOUS_FLOOR, FUZZY_MERGE_THRESHOLD, Resolution, resolve_name
+from engramdb.domain.aggregate import AgentMemory
+from engramdb.domain.extraction import Extraction
+from engramdb.domain.keys import fold
+from engramdb.domain.ports import LLMProvider
+from engramdb.domain.resolution import (
+    AMBIGUOUS_FLOOR,
+    FUZZY_MERGE_THRESHOLD,
+    Resolution,
+    resolve_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +127,7 @@ class EntityResolver:
         self.prompt_version = prompt_version
         self._prompt: Any = None
         if self.enable_llm:
-            from services.extraction.llm_extractor import load_prompt
+            from engramdb.services.extraction.llm_extractor import load_prompt
 
             self._prompt = load_prompt(prompt_version)  # fail fast on a missing prompt file
 

@@ -4,7 +4,7 @@
 ``write``, ``history``, ``facts_as_of``, optionally ``health``); the facade is synchronous,
 so every call runs on a worker thread (``anyio.to_thread``), never on the event loop.
 Invalid input is a 422 whose ``detail`` names the offending field (pydantic's ``loc``), also
-for per-call ``config_overrides``. ``python -m services.http_api`` writes ``docs/openapi.json``.
+for per-call ``config_overrides``. ``python -m engramdb.services.http_api`` writes ``docs/openapi.json``.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, ValidationError
 
-from services.messages import ConversationMessage
-from services.retrieve.config import UnknownConfigKey
-from services.retrieve.models import RetrieveRequest, RetrieveResult
+from engramdb.services.messages import ConversationMessage
+from engramdb.services.retrieve.config import UnknownConfigKey
+from engramdb.services.retrieve.models import RetrieveRequest, RetrieveResult
 
 API_VERSION = "1"
 
@@ -205,5 +205,5 @@ def export_openapi(path: str | Path = "docs/openapi.json") -> Path:
     return out
 
 
-if __name__ == "__main__":  # python -m services.http_api [path]
+if __name__ == "__main__":  # python -m engramdb.services.http_api [path]
     print(export_openapi(*(sys.argv[1:2] or ["docs/openapi.json"])))

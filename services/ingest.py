@@ -44,8 +44,8 @@ from faststream.nats import JStream, NatsBroker, PullSub
 from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig
 
-from domain.aggregate import MessageRecord
-from services.messages import (
+from engramdb.domain.aggregate import MessageRecord
+from engramdb.services.messages import (
     DEFAULT_PREFIX,
     DUPLICATE_WINDOW_SEC,
     ConversationMessage,
@@ -57,7 +57,7 @@ from services.messages import (
     messages_wildcard,
     parse_message,
 )
-from services.write import WritePipeline, WriteResult
+from engramdb.services.write import WritePipeline, WriteResult
 
 log = logging.getLogger(__name__)
 
@@ -526,7 +526,7 @@ def asyncapi_document(prefix: str = DEFAULT_PREFIX, nats_url: str = "nats://loca
     (the handler takes raw bytes so poison can be dead-lettered, so FastStream cannot infer it)."""
     from faststream.specification import AsyncAPI
 
-    from services.messages import ConversationMessage
+    from engramdb.services.messages import ConversationMessage
 
     _app, broker = build_ingest_app(nats_url, pipeline_factory=lambda: None, prefix=prefix)  # type: ignore[arg-type,return-value]
     doc: dict[str, Any] = json.loads(
@@ -548,5 +548,5 @@ def asyncapi_document(prefix: str = DEFAULT_PREFIX, nats_url: str = "nats://loca
     return doc
 
 
-if __name__ == "__main__":  # python -m services.ingest > docs/asyncapi.json
+if __name__ == "__main__":  # python -m engramdb.services.ingest > docs/asyncapi.json
     print(json.dumps(asyncapi_document(), indent=2, ensure_ascii=False))

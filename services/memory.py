@@ -14,21 +14,32 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
-from domain.ports import EmbeddingProvider, LLMProvider
-from infra.database import DatabaseConfig, ensure_extensions, es_env_from_url, resolve_database
-from infra.providers.factory import make_embedder, make_llm
-from infra.settings import Settings, load_settings
-from projections.rebuild import RebuildReport
-from projections.runner import ProjectionSet, wait_for_position
-from projections.schema import read_model_ddl
-from services.app import MemoryApplication
-from services.audit import FactSnapshot, HistoryEntry, agent_history, fact_history, facts_as_of
-from services.extraction import Extractor, LLMExtractor, RuleBasedExtractor
-from services.extraction.rule_based import OFFLINE_NOTICE
-from services.pre_retrieval import PreRetrieval
-from services.retrieve.models import RetrieveResult
-from services.retrieve.pipeline import Retriever
-from services.write import WriteConfig, WritePipeline, WriteRequest, WriteResult
+from engramdb.domain.ports import EmbeddingProvider, LLMProvider
+from engramdb.infra.database import (
+    DatabaseConfig,
+    ensure_extensions,
+    es_env_from_url,
+    resolve_database,
+)
+from engramdb.infra.providers.factory import make_embedder, make_llm
+from engramdb.infra.settings import Settings, load_settings
+from engramdb.projections.rebuild import RebuildReport
+from engramdb.projections.runner import ProjectionSet, wait_for_position
+from engramdb.projections.schema import read_model_ddl
+from engramdb.services.app import MemoryApplication
+from engramdb.services.audit import (
+    FactSnapshot,
+    HistoryEntry,
+    agent_history,
+    fact_history,
+    facts_as_of,
+)
+from engramdb.services.extraction import Extractor, LLMExtractor, RuleBasedExtractor
+from engramdb.services.extraction.rule_based import OFFLINE_NOTICE
+from engramdb.services.pre_retrieval import PreRetrieval
+from engramdb.services.retrieve.models import RetrieveResult
+from engramdb.services.retrieve.pipeline import Retriever
+from engramdb.services.write import WriteConfig, WritePipeline, WriteRequest, WriteResult
 
 _UNSET: Any = object()
 

@@ -20,8 +20,8 @@ import anyio
 from faststream.nats import NatsBroker, NatsMessage
 from pydantic import BaseModel, Field, ValidationError
 
-from services.retrieve.config import UnknownConfigKey
-from services.retrieve.models import RetrieveRequest, RetrieveResult
+from engramdb.services.retrieve.config import UnknownConfigKey
+from engramdb.services.retrieve.models import RetrieveRequest, RetrieveResult
 
 log = logging.getLogger(__name__)
 

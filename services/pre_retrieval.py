@@ -21,9 +21,9 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from domain.aggregate import AgentMemory
-from domain.extraction import KnownEntity, KnownFact
-from domain.keys import fold, self_entity_key, slugify
+from engramdb.domain.aggregate import AgentMemory
+from engramdb.domain.extraction import KnownEntity, KnownFact
+from engramdb.domain.keys import fold, self_entity_key, slugify
 
 log = logging.getLogger(__name__)
 

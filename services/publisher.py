@@ -18,7 +18,7 @@ import nats
 from nats.js.api import PubAck, StreamConfig
 from nats.js.errors import NotFoundError
 
-from services.messages import (
+from engramdb.services.messages import (
     DEFAULT_PREFIX,
     DUPLICATE_WINDOW_SEC,
     ConversationMessage,
@@ -122,7 +122,7 @@ def publish_cli(
 ) -> str:
     """``engramdb publish``: validate, publish, and return a one-line report (raises
     ``services.messages.InvalidMessage`` with the reason for an invalid message)."""
-    from services.messages import parse_message
+    from engramdb.services.messages import parse_message
 
     data: dict[str, Any] = {"agent_id": agent, "text": text, "speaker": speaker, "session_id": session}
     if message_id:

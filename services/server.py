@@ -16,12 +16,12 @@ import signal
 
 import uvicorn
 
-from infra.database import resolve_nats
-from infra.settings import Settings, load_settings
-from services.http_api import create_app
-from services.ingest import IngestThread, build_ingest_app
-from services.memory import Memory
-from services.nats_retrieve import create_retrieve_broker
+from engramdb.infra.database import resolve_nats
+from engramdb.infra.settings import Settings, load_settings
+from engramdb.services.http_api import create_app
+from engramdb.services.ingest import IngestThread, build_ingest_app
+from engramdb.services.memory import Memory
+from engramdb.services.nats_retrieve import create_retrieve_broker
 
 ROLES = ("all", "ingest", "projector", "retrieve")
 log = logging.getLogger("engramdb.server")

@@ -41,15 +41,15 @@ from typing import Any
 from eventsourcing.persistence import InterfaceError, OperationalError, RecordConflictError
 from pydantic import BaseModel, Field
 
-from domain.aggregate import AgentMemory, MessageRecord
-from domain.decisions import DecisionReport, MessageContext, apply_extraction
-from domain.extraction import Extraction, ExtractionInput, ExtractorInfo
-from domain.keys import agent_aggregate_id, message_record_id
-from domain.ports import LLMProvider
-from services.app import MemoryApplication
-from services.entity_resolution import EntityResolver, ResolutionMemo
-from services.messages import ConversationMessage
-from services.pre_retrieval import PreRetrieval, aggregate_context
+from engramdb.domain.aggregate import AgentMemory, MessageRecord
+from engramdb.domain.decisions import DecisionReport, MessageContext, apply_extraction
+from engramdb.domain.extraction import Extraction, ExtractionInput, ExtractorInfo
+from engramdb.domain.keys import agent_aggregate_id, message_record_id
+from engramdb.domain.ports import LLMProvider
+from engramdb.services.app import MemoryApplication
+from engramdb.services.entity_resolution import EntityResolver, ResolutionMemo
+from engramdb.services.messages import ConversationMessage
+from engramdb.services.pre_retrieval import PreRetrieval, aggregate_context
 
 log = logging.getLogger(__name__)
 

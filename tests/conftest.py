@@ -20,9 +20,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from infra.database import ensure_extensions, es_env_from_url
-from infra.embedded_nats import ensure_nats
-from infra.embedded_postgres import ensure_postgres
+from engramdb.infra.database import ensure_extensions, es_env_from_url
+from engramdb.infra.embedded_nats import ensure_nats
+from engramdb.infra.embedded_postgres import ensure_postgres
 
 # 2-core machine. Set at conftest import, i.e. before any test module imports numpy/onnx.
 os.environ.setdefault("OMP_NUM_THREADS", "1")

@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from infra.providers.scripted import HashEmbedder, last_user_content
+from engramdb.infra.providers.scripted import HashEmbedder, last_user_content
 
 Script = Mapping[str, Any] | Callable[[dict[str, Any]], Any]
 EmbedFn = Callable[[list[str], int | None], list[list[float]]]

@@ -10,11 +10,16 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from domain.aggregate import MessageRecord
-from infra.providers.scripted import HashEmbedder
-from projections.runner import ProjectionSet
-from services.app import MemoryApplication
-from services.audit import _lineage_from_read_model, agent_history, fact_history, facts_as_of
+from engramdb.domain.aggregate import MessageRecord
+from engramdb.infra.providers.scripted import HashEmbedder
+from engramdb.projections.runner import ProjectionSet
+from engramdb.services.app import MemoryApplication
+from engramdb.services.audit import (
+    _lineage_from_read_model,
+    agent_history,
+    fact_history,
+    facts_as_of,
+)
 
 T0 = datetime(2024, 1, 10, 8, 0, tzinfo=UTC)
 BY = {"extractor": "llm", "model": "m", "prompt_version": "v1"}

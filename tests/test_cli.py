@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from services.cli import app
+from engramdb.services.cli import app
 
 
 @pytest.fixture
@@ -32,7 +32,7 @@ def test_demo_runs_end_to_end_over_nats(cli_env):
 
 
 def test_publish_retrieve_history_facts_rebuild(cli_env, agent_id):
-    from services.memory import Memory
+    from engramdb.services.memory import Memory
 
     runner = CliRunner()
     # write through the API, read through the CLI (publish is covered by the ingest tests)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.settings import Settings
+from engramdb.infra.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 ROLES = ("ingest", "retrieve", "projector")

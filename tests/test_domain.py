@@ -6,12 +6,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from domain.aggregate import AgentMemory, MessageRecord
-from domain.decisions import MessageContext, apply_extraction
-from domain.errors import DecisionRejected
-from domain.extraction import ConfidenceLevel, ExtractedEntity, ExtractedFact, Extraction
-from domain.keys import agent_aggregate_id, fold, message_record_id
-from domain.resolution import resolve_name
+from engramdb.domain.aggregate import AgentMemory, MessageRecord
+from engramdb.domain.decisions import MessageContext, apply_extraction
+from engramdb.domain.errors import DecisionRejected
+from engramdb.domain.extraction import ConfidenceLevel, ExtractedEntity, ExtractedFact, Extraction
+from engramdb.domain.keys import agent_aggregate_id, fold, message_record_id
+from engramdb.domain.resolution import resolve_name
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

@@ -16,11 +16,11 @@ import nats
 import psycopg
 import pytest
 
-from infra.database import ensure_extensions, es_env_from_url, resolve_database
-from infra.embedded import EmbeddedServerError, EmbeddedServers, wait_until
-from infra.embedded_nats import ensure_nats, nats_running
-from infra.embedded_postgres import ensure_postgres, postgres_running
-from infra.settings import Settings
+from engramdb.infra.database import ensure_extensions, es_env_from_url, resolve_database
+from engramdb.infra.embedded import EmbeddedServerError, EmbeddedServers, wait_until
+from engramdb.infra.embedded_nats import ensure_nats, nats_running
+from engramdb.infra.embedded_postgres import ensure_postgres, postgres_running
+from engramdb.infra.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from domain.extraction import ExtractionInput, KnownEntity, KnownFact
-from domain.ports import LLMProvider
-from services.extraction import (
+from engramdb.domain.extraction import ExtractionInput, KnownEntity, KnownFact
+from engramdb.domain.ports import LLMProvider
+from engramdb.services.extraction import (
     OFFLINE_NOTICE,
     ExtractionOutcome,
     Extractor,

@@ -31,13 +31,13 @@ from test_write_pipeline import (
     topics,
 )
 
-from domain.keys import new_fact_id
-from infra.providers.errors import ProviderError
-from infra.providers.scripted import ScriptedLLM
-from services import write as write_module
-from services.app import MemoryApplication
-from services.extraction import LLMExtractor
-from services.write import WriteConfig, WritePipeline
+from engramdb.domain.keys import new_fact_id
+from engramdb.infra.providers.errors import ProviderError
+from engramdb.infra.providers.scripted import ScriptedLLM
+from engramdb.services import write as write_module
+from engramdb.services.app import MemoryApplication
+from engramdb.services.extraction import LLMExtractor
+from engramdb.services.write import WriteConfig, WritePipeline
 
 
 @pytest.fixture

@@ -19,11 +19,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
 from psycopg.rows import dict_row
 
-from domain.errors import DecisionRejected
-from domain.fold import FactRow, fold_facts
-from infra.providers.scripted import HashEmbedder
-from projections.runner import ProjectionSet
-from services.app import MemoryApplication
+from engramdb.domain.errors import DecisionRejected
+from engramdb.domain.fold import FactRow, fold_facts
+from engramdb.infra.providers.scripted import HashEmbedder
+from engramdb.projections.runner import ProjectionSet
+from engramdb.services.app import MemoryApplication
 
 T0 = datetime(2023, 1, 1, tzinfo=UTC)
 NAMES = ["ana", "bo", "cy", "di"]

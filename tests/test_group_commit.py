@@ -47,14 +47,14 @@ from test_write_pipeline import (
     topics,
 )
 
-from domain.aggregate import MessageRecord
-from domain.keys import agent_aggregate_id, message_record_id, new_fact_id
-from infra.providers.scripted import ScriptedLLM
-from services.app import MemoryApplication
-from services.extraction import LLMExtractor
-from services.messages import ConversationMessage
-from services.publisher import MessagePublisher
-from services.write import WritePipeline, WriteResult
+from engramdb.domain.aggregate import MessageRecord
+from engramdb.domain.keys import agent_aggregate_id, message_record_id, new_fact_id
+from engramdb.infra.providers.scripted import ScriptedLLM
+from engramdb.services.app import MemoryApplication
+from engramdb.services.extraction import LLMExtractor
+from engramdb.services.messages import ConversationMessage
+from engramdb.services.publisher import MessagePublisher
+from engramdb.services.write import WritePipeline, WriteResult
 
 # ----- helpers ---------------------------------------------------------------------------------
 

@@ -21,17 +21,17 @@ import nats
 import pytest
 from test_write_pipeline import active_fact_texts, extraction_json, fact, scripted_extractor, topics
 
-from services.app import MemoryApplication
-from services.ingest import IngestThread, build_ingest_app
-from services.messages import (
+from engramdb.services.app import MemoryApplication
+from engramdb.services.ingest import IngestThread, build_ingest_app
+from engramdb.services.messages import (
     ConversationMessage,
     deadletter_stream_name,
     message_subject,
     messages_stream_name,
 )
-from services.pre_retrieval import PreRetrieval
-from services.publisher import MessagePublisher, publish_cli, publish_message
-from services.write import WritePipeline, WriteResult
+from engramdb.services.pre_retrieval import PreRetrieval
+from engramdb.services.publisher import MessagePublisher, publish_cli, publish_message
+from engramdb.services.write import WritePipeline, WriteResult
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
@@ -112,12 +112,12 @@ def test_published_message_becomes_events_and_facts(
     fresh_schema: Any, nats_url: str, pg_url: str, prefix: str, agent_id: str
 ) -> None:
     """publish → ingest → events → projection → the next message's extraction sees the fact."""
-    if importlib.util.find_spec("projections.runner") is None:
+    if importlib.util.find_spec("engramdb.projections.runner") is None:
         pytest.skip("projections.runner not available")
     import psycopg
 
-    from infra.providers.scripted import HashEmbedder
-    from projections.runner import ProjectionSet
+    from engramdb.infra.providers.scripted import HashEmbedder
+    from engramdb.projections.runner import ProjectionSet
 
     schema, es_env = fresh_schema("ingest")  # own event store: the projectors replay only this test
     app = MemoryApplication(es_env)

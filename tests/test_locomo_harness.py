@@ -37,8 +37,8 @@ from bench.locomo_data import (
     subset,
 )
 from bench.locomo_observations import ObservationExtractor
-from domain.extraction import ConfidenceLevel, ExtractionInput
-from infra.providers.scripted import HashEmbedder
+from engramdb.domain.extraction import ConfidenceLevel, ExtractionInput
+from engramdb.infra.providers.scripted import HashEmbedder
 
 
 def synthetic_sample() -> dict[str, Any]:
@@ -335,14 +335,14 @@ def test_smoke_baselines_on_the_shared_dev_file(tmp_path: Path) -> None:
 
 def _memory_available() -> bool:
     try:
-        from services.memory import Memory  # noqa: F401
+        from engramdb.services.memory import Memory  # noqa: F401
     except ImportError:
         return False
     return True
 
 
 @needs_data
-@pytest.mark.skipif(not _memory_available(), reason="services.memory not there yet")
+@pytest.mark.skipif(not _memory_available(), reason="engramdb.services.memory not there yet")
 def test_smoke_engramdb_observations_on_the_shared_dev_file(tmp_path: Path, pg_url: str) -> None:
     code = main(
         ["--conversations", "1", "--sessions", "2", "--questions", "5", "--mode", "observations"]

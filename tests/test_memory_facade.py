@@ -12,8 +12,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from infra.providers.scripted import HashEmbedder
-from services.memory import Memory
+from engramdb.infra.providers.scripted import HashEmbedder
+from engramdb.services.memory import Memory
 
 EXACT = {"min_score": 0.0, "min_similarity": 0.0, "min_confidence": 0.0, "topk_facts": 50}
 

@@ -15,12 +15,12 @@ import pytest
 from eventsourcing.persistence import IntegrityError, Tracking
 from psycopg.rows import dict_row
 
-from domain.aggregate import AgentMemory, MessageRecord
-from infra.providers.scripted import HashEmbedder
-from projections.embeddings import CountingEmbedder
-from projections.runner import ProjectionSet, tracking_positions, wait_for_position
-from projections.views import EmbeddingModelMismatch
-from services.app import MemoryApplication
+from engramdb.domain.aggregate import AgentMemory, MessageRecord
+from engramdb.infra.providers.scripted import HashEmbedder
+from engramdb.projections.embeddings import CountingEmbedder
+from engramdb.projections.runner import ProjectionSet, tracking_positions, wait_for_position
+from engramdb.projections.views import EmbeddingModelMismatch
+from engramdb.services.app import MemoryApplication
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 BY = {"extractor": "test", "model": None, "prompt_version": None}
@@ -255,9 +255,9 @@ class _Poisoned(Exception):
 def test_failure_mid_batch_rolls_back_the_batch_and_the_runner_resumes(
     pg: Env, agent_id: str
 ) -> None:
-    from projections.batching import BatchingProjectionRunner
-    from projections.runner import MemoryProjection
-    from projections.views import MemoryView, bind_view
+    from engramdb.projections.batching import BatchingProjectionRunner
+    from engramdb.projections.runner import MemoryProjection
+    from engramdb.projections.views import MemoryView, bind_view
 
     mem = pg.app.agent_memory(agent_id)
     mem.register_entity("person:ana", "Ana", "person", "m0", BY)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from domain.ports import EmbeddingProvider, LLMProvider
-from infra.providers import (
+from engramdb.domain.ports import EmbeddingProvider, LLMProvider
+from engramdb.infra.providers import (
     SIMILARITY_FLOOR,
     HashEmbedder,
     MiniLMInt8Embedder,
@@ -27,8 +27,8 @@ from infra.providers import (
     make_llm,
     rescale_similarity,
 )
-from infra.providers.offline_embeddings import WordPieceTokenizer
-from infra.settings import Settings
+from engramdb.infra.providers.offline_embeddings import WordPieceTokenizer
+from engramdb.infra.settings import Settings
 from tests.fake_openai_server import run_fake_openai
 
 USER = "user"

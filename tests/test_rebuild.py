@@ -13,13 +13,13 @@ from typing import Any
 import psycopg
 import pytest
 
-from domain.aggregate import MessageRecord
-from infra.providers.scripted import HashEmbedder
-from projections.embeddings import CountingEmbedder
-from projections.rebuild import rebuild
-from projections.runner import ProjectionSet
-from projections.schema import CONVERSATION_TABLES, MEMORY_TABLES
-from services.app import MemoryApplication
+from engramdb.domain.aggregate import MessageRecord
+from engramdb.infra.providers.scripted import HashEmbedder
+from engramdb.projections.embeddings import CountingEmbedder
+from engramdb.projections.rebuild import rebuild
+from engramdb.projections.runner import ProjectionSet
+from engramdb.projections.schema import CONVERSATION_TABLES, MEMORY_TABLES
+from engramdb.services.app import MemoryApplication
 
 T0 = datetime(2024, 5, 1, 9, 0, tzinfo=UTC)
 BY = {"extractor": "test"}

@@ -22,8 +22,8 @@ from test_retrieve_support import (  # noqa: F401  (fixtures)
     store,
 )
 
-from infra.providers.scripted import ScriptedLLM
-from services.retrieve import Retriever, RetrieveResult
+from engramdb.infra.providers.scripted import ScriptedLLM
+from engramdb.services.retrieve import Retriever, RetrieveResult
 
 
 def ids(result: RetrieveResult) -> list[str]:

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_retrieve_support import EMBEDDER, Store, load_worked_examples, retriever, store  # noqa: F401
 
-from services.retrieve import Retriever, UnknownConfigKey
+from engramdb.services.retrieve import Retriever, UnknownConfigKey
 
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet"]
 

@@ -20,10 +20,10 @@ import httpx
 import pytest
 from test_retrieve_support import EMBEDDER, T0, Store, load_worked_examples, store  # noqa: F401
 
-from services.http_api import create_app, export_openapi
-from services.nats_retrieve import create_retrieve_broker, request_retrieve
-from services.retrieve import Retriever, RetrieveRequest
-from services.retrieve.signals import fact_visibility
+from engramdb.services.http_api import create_app, export_openapi
+from engramdb.services.nats_retrieve import create_retrieve_broker, request_retrieve
+from engramdb.services.retrieve import Retriever, RetrieveRequest
+from engramdb.services.retrieve.signals import fact_visibility
 
 
 class ReadModelMemory:

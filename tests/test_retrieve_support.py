@@ -21,11 +21,11 @@ import pytest
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
-from domain.keys import fold
-from infra.providers.scripted import HashEmbedder, ScriptedLLM
-from projections.schema import read_model_ddl, vector_index_ddl
-from services.retrieve import Retriever
-from services.retrieve.signals import vector_literal
+from engramdb.domain.keys import fold
+from engramdb.infra.providers.scripted import HashEmbedder, ScriptedLLM
+from engramdb.projections.schema import read_model_ddl, vector_index_ddl
+from engramdb.services.retrieve import Retriever
+from engramdb.services.retrieve.signals import vector_literal
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 EMBEDDER = HashEmbedder(384)

@@ -7,11 +7,17 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import ValidationError
 
-from services.retrieve import RetrieveConfig, UnknownConfigKey
-from services.retrieve.formatter import count_tokens, format_context
-from services.retrieve.planner import Edge, PlannerLookup, analyze_query, build_plan, sanitize_query
-from services.retrieve.rerank import RerankFailed, blend, build_messages, parse_scores
-from services.retrieve.signals import escape_like, keyword_words
+from engramdb.services.retrieve import RetrieveConfig, UnknownConfigKey
+from engramdb.services.retrieve.formatter import count_tokens, format_context
+from engramdb.services.retrieve.planner import (
+    Edge,
+    PlannerLookup,
+    analyze_query,
+    build_plan,
+    sanitize_query,
+)
+from engramdb.services.retrieve.rerank import RerankFailed, blend, build_messages, parse_scores
+from engramdb.services.retrieve.signals import escape_like, keyword_words
 
 
 @pytest.mark.parametrize(

@@ -20,15 +20,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from domain.aggregate import MessageRecord
-from domain.keys import message_record_id, new_fact_id
-from infra.providers.scripted import Answer, ScriptedLLM
-from projections.schema import read_model_ddl
-from services.app import MemoryApplication
-from services.extraction import LLMExtractor
-from services.messages import MAX_TEXT_BYTES, ConversationMessage, InvalidMessage, parse_message
-from services.pre_retrieval import PreRetrieval
-from services.write import WritePipeline
+from engramdb.domain.aggregate import MessageRecord
+from engramdb.domain.keys import message_record_id, new_fact_id
+from engramdb.infra.providers.scripted import Answer, ScriptedLLM
+from engramdb.projections.schema import read_model_ddl
+from engramdb.services.app import MemoryApplication
+from engramdb.services.extraction import LLMExtractor
+from engramdb.services.messages import (
+    MAX_TEXT_BYTES,
+    ConversationMessage,
+    InvalidMessage,
+    parse_message,
+)
+from engramdb.services.pre_retrieval import PreRetrieval
+from engramdb.services.write import WritePipeline
 
 WHEN = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 
@@ -227,7 +232,7 @@ def test_pre_retrieval_reads_projections_and_is_fail_safe(
 
             def extract(self, request: Any) -> Any:
                 seen.append(request)
-                from services.extraction import ExtractionOutcome
+                from engramdb.services.extraction import ExtractionOutcome
 
                 return ExtractionOutcome()
 

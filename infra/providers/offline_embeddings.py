@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from infra.providers.calibration import SIMILARITY_FLOOR
-from infra.providers.errors import ProviderUnavailable
+from engramdb.infra.providers.calibration import SIMILARITY_FLOOR
+from engramdb.infra.providers.errors import ProviderUnavailable
 
 DIMENSIONS = 384
 #: Texts per call into the engine; bounds memory for long batches.

@@ -13,9 +13,9 @@ from typing import Any
 
 import openai
 
-from infra.providers.calibration import similarity_floor
-from infra.providers.errors import ProviderBadResponse, call_with_retries
-from infra.providers.openai_llm import NO_KEY
+from engramdb.infra.providers.calibration import similarity_floor
+from engramdb.infra.providers.errors import ProviderBadResponse, call_with_retries
+from engramdb.infra.providers.openai_llm import NO_KEY
 
 #: Native output sizes of the well-known OpenAI models, so that no probe call is needed.
 KNOWN_DIMENSIONS: dict[str, int] = {

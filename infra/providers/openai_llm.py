@@ -13,7 +13,7 @@ from typing import Any
 
 import openai
 
-from infra.providers.errors import ProviderBadResponse, call_with_retries
+from engramdb.infra.providers.errors import ProviderBadResponse, call_with_retries
 
 #: Placeholder key for local endpoints that ignore authentication; the ``openai`` client
 #: refuses to start without one.

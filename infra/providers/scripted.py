@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from infra.providers.calibration import SIMILARITY_FLOOR
+from engramdb.infra.providers.calibration import SIMILARITY_FLOOR
 
 #: One scripted answer: the text to return, an exception to raise, or a list of those
 #: served in turn (the last one repeats), e.g. ``[ProviderTimeout("t"), '{"ok": 1}']``.

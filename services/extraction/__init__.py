@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from domain.extraction import Extraction, ExtractionInput, ExtractorInfo
+from engramdb.domain.extraction import Extraction, ExtractionInput, ExtractorInfo
 
 
 @dataclass(frozen=True)
@@ -47,13 +47,13 @@ class Extractor(Protocol):
 
 
 # Imported after the definitions above: the submodules import them from this package.
-from services.extraction.llm_extractor import (  # noqa: E402
+from engramdb.services.extraction.llm_extractor import (  # noqa: E402
     DEFAULT_PROMPT_VERSION,
     LLMExtractor,
     extraction_json_schema,
     load_prompt,
 )
-from services.extraction.rule_based import OFFLINE_NOTICE, RuleBasedExtractor  # noqa: E402
+from engramdb.services.extraction.rule_based import OFFLINE_NOTICE, RuleBasedExtractor  # noqa: E402
 
 __all__ = [
     "DEFAULT_PROMPT_VERSION",

@@ -32,7 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from domain.extraction import (
+from engramdb.domain.extraction import (
     ExtractedEntity,
     ExtractedFact,
     ExtractedRelationship,
@@ -40,8 +40,8 @@ from domain.extraction import (
     ExtractionInput,
     ExtractorInfo,
 )
-from domain.ports import LLMProvider
-from services.extraction import ExtractionOutcome
+from engramdb.domain.ports import LLMProvider
+from engramdb.services.extraction import ExtractionOutcome
 
 DEFAULT_PROMPT_VERSION = "extraction/v1"
 CONTEXT_TOKEN_BUDGET = 800
@@ -77,7 +77,7 @@ class PromptTemplate(BaseModel):
 
 def _prompt_text(filename: str) -> str:
     try:
-        return resources.files("infra").joinpath("prompts", filename).read_text("utf-8")
+        return resources.files("engramdb.infra").joinpath("prompts", filename).read_text("utf-8")
     except (FileNotFoundError, ModuleNotFoundError, NotADirectoryError):
         # Source checkout without the package installed: fall back to the repo layout.
         path = Path(__file__).resolve().parents[2] / "infra" / "prompts" / filename

@@ -30,7 +30,7 @@ import time
 import unicodedata
 from dataclasses import dataclass, field
 
-from domain.extraction import (
+from engramdb.domain.extraction import (
     ConfidenceLevel,
     ExtractedEntity,
     ExtractedFact,
@@ -41,7 +41,7 @@ from domain.extraction import (
     KnownEntity,
     KnownFact,
 )
-from services.extraction import ExtractionOutcome
+from engramdb.services.extraction import ExtractionOutcome
 
 OFFLINE_NOTICE = (
     "engramdb: no LLM configured — using the low-quality rule-based extractor "

@@ -6,8 +6,8 @@ plan), ``signals`` (SQL candidate generators), ``rank`` (merge & score), ``enhan
 ``pipeline`` (orchestration). Decisions: ADR 0006.
 """
 
-from services.retrieve.config import RetrieveConfig, UnknownConfigKey
-from services.retrieve.models import (
+from engramdb.services.retrieve.config import RetrieveConfig, UnknownConfigKey
+from engramdb.services.retrieve.models import (
     PlannedEntity,
     RetrievalPlan,
     RetrieveRequest,
@@ -16,7 +16,7 @@ from services.retrieve.models import (
     ScoredFact,
     ScoredPattern,
 )
-from services.retrieve.pipeline import Retriever
+from engramdb.services.retrieve.pipeline import Retriever
 
 __all__ = [
     "PlannedEntity",

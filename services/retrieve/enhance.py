@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from services.retrieve.config import RetrieveConfig
-from services.retrieve.planner import load_edges
-from services.retrieve.rank import Candidate
-from services.retrieve.signals import linked_with_specificity
+from engramdb.services.retrieve.config import RetrieveConfig
+from engramdb.services.retrieve.planner import load_edges
+from engramdb.services.retrieve.rank import Candidate
+from engramdb.services.retrieve.signals import linked_with_specificity
 
 
 @dataclass

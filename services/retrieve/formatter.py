@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from services.retrieve.config import RetrieveConfig
+from engramdb.services.retrieve.config import RetrieveConfig
 
 
 def count_tokens(text: str) -> int:

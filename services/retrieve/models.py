@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from services.retrieve.config import RetrieveConfig, UnknownConfigKey
+from engramdb.services.retrieve.config import RetrieveConfig, UnknownConfigKey
 
 Strategy = Literal["multi_signal", "skip"]
 PlanReason = Literal["deterministic", "aggregation", "broad", "greeting", "empty"]

@@ -23,24 +23,24 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
-from domain.ports import EmbeddingProvider, LLMProvider
-from services.retrieve import enhance, rerank, signals
-from services.retrieve.config import RetrieveConfig
-from services.retrieve.formatter import format_context
-from services.retrieve.models import (
+from engramdb.domain.ports import EmbeddingProvider, LLMProvider
+from engramdb.services.retrieve import enhance, rerank, signals
+from engramdb.services.retrieve.config import RetrieveConfig
+from engramdb.services.retrieve.formatter import format_context
+from engramdb.services.retrieve.models import (
     RetrieveResult,
     ScoredEvent,
     ScoredFact,
     ScoredPattern,
 )
-from services.retrieve.planner import (
+from engramdb.services.retrieve.planner import (
     PlannerLookup,
     analyze_query,
     build_plan,
     load_lookup,
     sanitize_query,
 )
-from services.retrieve.rank import Candidate, EventCandidate, order_key, rank, rank_events
+from engramdb.services.retrieve.rank import Candidate, EventCandidate, order_key, rank, rank_events
 
 WaitForPosition = Callable[..., Any]
 
@@ -119,7 +119,7 @@ class Retriever:
         if isinstance(value, int | float):
             return float(value)
         try:
-            from infra.providers.calibration import similarity_floor
+            from engramdb.infra.providers.calibration import similarity_floor
 
             return similarity_floor(getattr(self.embedder, "model_id", ""))
         except Exception:  # infra not importable in this deployment: no floor

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from domain.keys import fold, slugify
-from services.retrieve.models import PlannedEntity, PlanReason, RetrievalPlan
+from engramdb.domain.keys import fold, slugify
+from engramdb.services.retrieve.models import PlannedEntity, PlanReason, RetrievalPlan
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from services.retrieve.config import RetrieveConfig
-from services.retrieve.signals import FactRow, decay, floored_decay
+from engramdb.services.retrieve.config import RetrieveConfig
+from engramdb.services.retrieve.signals import FactRow, decay, floored_decay
 
 FUSED = ("keyword", "graph", "spreading", "aggregation")
 

@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from domain.ports import LLMProvider
+from engramdb.domain.ports import LLMProvider
 
 PROMPT_VERSION = "rerank/v1"
 _SYSTEM_MARK, _USER_MARK = "=== system ===", "=== user ==="
@@ -39,7 +39,7 @@ def load_prompt(version: str = PROMPT_VERSION) -> tuple[str, str]:
     """(system, user) templates of ``infra/prompts/<name>_<vN>.md``."""
     filename = version.replace("/", "_") + ".md"
     try:
-        text = resources.files("infra").joinpath("prompts", filename).read_text("utf-8")
+        text = resources.files("engramdb.infra").joinpath("prompts", filename).read_text("utf-8")
     except (FileNotFoundError, ModuleNotFoundError, NotADirectoryError):
         text = (Path(__file__).resolve().parents[2] / "infra" / "prompts" / filename).read_text("utf-8")
     parts = re.split(rf"^{re.escape(_SYSTEM_MARK)}$|^{re.escape(_USER_MARK)}$", text, flags=re.M)

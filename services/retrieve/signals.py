@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from domain.keys import fold
-from services.retrieve.config import RetrieveConfig
-from services.retrieve.planner import STOPWORDS, Edge, load_edges
+from engramdb.domain.keys import fold
+from engramdb.services.retrieve.config import RetrieveConfig
+from engramdb.services.retrieve.planner import STOPWORDS, Edge, load_edges
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 

@@ -1,0 +1,78 @@
+"""engramdb — event-sourced long-term memory for LLM agents.
+
+This module is the public API: everything a user needs to open a memory, write messages,
+retrieve context and plug in providers. The layers live in subpackages
+(``engramdb.domain``, ``engramdb.projections``, ``engramdb.services``, ``engramdb.infra``);
+names not exported here may change between releases.
+
+Imports are lazy (PEP 562) so that ``import engramdb.domain`` stays free of the service
+layer's dependencies (FastAPI, NATS, the database drivers); type checkers see the real names.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it (one place; the test in tests/test_public_api.py pins it)
+_EXPORTS: dict[str, str] = {
+    "Memory": "engramdb.services.memory",
+    "Settings": "engramdb.infra.settings",
+    "ConversationMessage": "engramdb.services.messages",
+    "InvalidMessage": "engramdb.services.messages",
+    "WriteResult": "engramdb.services.write",
+    "RetrieveResult": "engramdb.services.retrieve.models",
+    "RetrieveConfig": "engramdb.services.retrieve.config",
+    "UnknownConfigKey": "engramdb.services.retrieve.config",
+    "LLMProvider": "engramdb.domain.ports",
+    "EmbeddingProvider": "engramdb.domain.ports",
+    "Extractor": "engramdb.services.extraction",
+    "DecisionRejected": "engramdb.domain.errors",
+    "EmbeddingModelMismatch": "engramdb.projections.views",
+    "ProviderError": "engramdb.infra.providers.errors",
+    "ProviderTimeout": "engramdb.infra.providers.errors",
+    "ProviderRateLimited": "engramdb.infra.providers.errors",
+    "ProviderBadResponse": "engramdb.infra.providers.errors",
+    "ProviderUnavailable": "engramdb.infra.providers.errors",
+    "RerankFailed": "engramdb.services.retrieve.rerank",
+    "EmbeddedServerError": "engramdb.infra.embedded",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from engramdb.domain.errors import DecisionRejected as DecisionRejected
+    from engramdb.domain.ports import EmbeddingProvider as EmbeddingProvider
+    from engramdb.domain.ports import LLMProvider as LLMProvider
+    from engramdb.infra.embedded import EmbeddedServerError as EmbeddedServerError
+    from engramdb.infra.providers.errors import ProviderBadResponse as ProviderBadResponse
+    from engramdb.infra.providers.errors import ProviderError as ProviderError
+    from engramdb.infra.providers.errors import ProviderRateLimited as ProviderRateLimited
+    from engramdb.infra.providers.errors import ProviderTimeout as ProviderTimeout
+    from engramdb.infra.providers.errors import ProviderUnavailable as ProviderUnavailable
+    from engramdb.infra.settings import Settings as Settings
+    from engramdb.projections.views import EmbeddingModelMismatch as EmbeddingModelMismatch
+    from engramdb.services.extraction import Extractor as Extractor
+    from engramdb.services.memory import Memory as Memory
+    from engramdb.services.messages import ConversationMessage as ConversationMessage
+    from engramdb.services.messages import InvalidMessage as InvalidMessage
+    from engramdb.services.retrieve.config import RetrieveConfig as RetrieveConfig
+    from engramdb.services.retrieve.config import UnknownConfigKey as UnknownConfigKey
+    from engramdb.services.retrieve.models import RetrieveResult as RetrieveResult
+    from engramdb.services.retrieve.rerank import RerankFailed as RerankFailed
+    from engramdb.services.write import WriteResult as WriteResult
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'engramdb' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value  # resolve once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
