@@ -1,0 +1,41 @@
+"""The ingest's AsyncAPI document (``python -m engramdb.services.ingest > docs/asyncapi.json``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from engramdb.services.ingest.faststream_app import build_ingest_app
+from engramdb.services.messages import (
+    DEFAULT_PREFIX,
+    DUPLICATE_WINDOW_SEC,
+    ConversationMessage,
+    deadletter_stream_name,
+    deadletter_subject,
+    messages_stream_name,
+)
+
+
+def asyncapi_document(prefix: str = DEFAULT_PREFIX, nats_url: str = "nats://localhost:4222") -> dict[str, Any]:
+    """The AsyncAPI 3.0 document of the ingest service, with the message schema filled in
+    (the handler takes raw bytes so poison can be dead-lettered, so FastStream cannot infer it)."""
+    from faststream.specification import AsyncAPI
+
+    _app, broker = build_ingest_app(nats_url, pipeline_factory=lambda: None, prefix=prefix)  # type: ignore[arg-type,return-value]
+    doc: dict[str, Any] = json.loads(
+        AsyncAPI(broker, title="engramdb ingest", version="1.0.0",
+                 description="Conversation messages → engramdb write pipeline (NATS JetStream).")
+        .to_specification().to_json()
+    )
+    schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+    message_schema = ConversationMessage.model_json_schema()
+    for name in list(schemas):
+        if name.startswith("engramdb ingest:"):
+            schemas[name] = message_schema | {"title": "ConversationMessage"}
+    doc["info"]["x-subject-scheme"] = (
+        f"{prefix}.messages.<agent_token>; agent_token = first 16 chars of lower-case base32(sha256(agent_id)); "
+        f"header Nats-Msg-Id = sha256(agent_id NUL message_id)[:40]; stream {messages_stream_name(prefix)} "
+        f"(duplicate_window {DUPLICATE_WINDOW_SEC:g}s); dead letters on {deadletter_subject(prefix)} "
+        f"in stream {deadletter_stream_name(prefix)}"
+    )
+    return doc

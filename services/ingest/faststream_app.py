@@ -1,0 +1,125 @@
+"""FastStream wiring of the ingest: the broker, the durable pull subscriber, the dead-letter
+stream, and the pipeline built at startup. The handler's logic is ``IngestService``."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import anyio
+from faststream import AckPolicy, Context, FastStream
+from faststream.nats import JStream, NatsBroker, PullSub
+from nats.js.api import ConsumerConfig
+
+from engramdb.services.ingest.service import IngestService
+from engramdb.services.messages import (
+    DEFAULT_PREFIX,
+    DUPLICATE_WINDOW_SEC,
+    DeadLetter,
+    deadletter_stream_name,
+    deadletter_subject,
+    messages_stream_name,
+    messages_wildcard,
+)
+from engramdb.services.write import WritePipeline, WriteResult
+
+# The package's logger name, as before the split into modules (log filters keep working).
+log = logging.getLogger(__package__)
+
+DEFAULT_DURABLE = "engramdb-ingest"
+
+
+def build_ingest_app(
+    nats_url: str,
+    pipeline: WritePipeline | None = None,
+    *,
+    pipeline_factory: Callable[[], WritePipeline] | None = None,
+    prefix: str = DEFAULT_PREFIX,
+    durable: str = DEFAULT_DURABLE,
+    batch_size: int = 32,
+    fetch_timeout: float = 5.0,
+    max_concurrency: int = 8,
+    max_deliver: int = 10,
+    nack_delay: float = 1.0,
+    ack_wait: float = 30.0,
+    batch_records: bool = True,
+    on_result: Callable[[WriteResult], None] | None = None,
+    logger: logging.Logger | None = None,
+) -> tuple[FastStream, NatsBroker]:
+    """FastStream app + broker consuming ``<prefix>.messages.>`` with a durable pull consumer.
+
+    Give either a ready ``pipeline`` or a ``pipeline_factory`` (called once at startup, so
+    building database pools happens inside the service's lifetime). A write in progress sends
+    JetStream "working" heartbeats every ``ack_wait / 3`` s, so a slow extraction is not
+    redelivered while it runs.
+    """
+    if (pipeline is None) == (pipeline_factory is None):
+        raise ValueError("give exactly one of pipeline / pipeline_factory")
+    broker = NatsBroker(nats_url, logger=logger or log, max_reconnect_attempts=-1)
+    service = IngestService(
+        broker,
+        pipeline,
+        prefix=prefix,
+        max_concurrency=max_concurrency,
+        max_deliver=max_deliver,
+        nack_delay=nack_delay,
+        on_result=on_result,
+        heartbeat_sec=max(0.5, ack_wait / 3),
+        batch_records=batch_records,
+    )
+    stream = JStream(
+        messages_stream_name(prefix),
+        subjects=[messages_wildcard(prefix)],
+        duplicate_window=DUPLICATE_WINDOW_SEC,
+    )
+    dead_stream = JStream(deadletter_stream_name(prefix), subjects=[deadletter_subject(prefix)])
+
+    async def raw_decoder(msg: Any) -> Any:
+        """Never JSON-decode here: validation (and dead-lettering) is the handler's job."""
+        return msg.body
+
+    @broker.subscriber(
+        messages_wildcard(prefix),
+        stream=stream,
+        durable=durable,
+        # Not batch=True: FastStream's batch mode waits to fill the batch until the timeout,
+        # and short fetch timeouts race with nats-py (a message lost until ack_wait). Plain
+        # pull returns partial batches at once; their handlers start in stream order.
+        pull_sub=PullSub(batch_size=batch_size, timeout=fetch_timeout),
+        config=ConsumerConfig(
+            ack_wait=ack_wait,
+            # server-side bound above ours: only reached if the process dies on a message
+            max_deliver=max_deliver + 3,
+            max_ack_pending=max(1000, batch_size * 4),
+        ),
+        ack_policy=AckPolicy.MANUAL,
+        decoder=raw_decoder,
+        title="engramdb ingest",
+        description="Conversation messages into the write pipeline (ack after save, poison → dead letter).",
+    )
+    async def ingest(body: Any, message: Annotated[Any, Context("message")]) -> None:
+        """Payload: a ``ConversationMessage`` JSON object (see components); validated here."""
+        await service.handle(message.raw_message)
+
+    # The dead-letter publisher only declares its stream (and documents it in AsyncAPI).
+    broker.publisher(
+        deadletter_subject(prefix),
+        stream=dead_stream,
+        schema=DeadLetter,
+        title="engramdb dead letters",
+        description="Messages that can never be stored, with the reason.",
+    )
+
+    async def startup() -> None:
+        if service.pipeline is None and pipeline_factory is not None:
+            service.pipeline = await anyio.to_thread.run_sync(pipeline_factory)
+
+    app = FastStream(broker, on_startup=[startup])
+    app.ingest_service = service  # type: ignore[attr-defined]
+    return app, broker
+
+
+async def run_ingest(app: FastStream) -> None:
+    """Run until SIGINT/SIGTERM (``engramdb serve`` / a dedicated ingest worker)."""
+    await app.run()
