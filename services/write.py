@@ -39,7 +39,6 @@ from collections.abc import Callable
 from typing import Any
 
 from eventsourcing.persistence import RecordConflictError
-from pydantic import BaseModel, Field
 
 from engramdb.domain.aggregate import AgentMemory, MessageRecord
 from engramdb.domain.decisions import DecisionReport, MessageContext, apply_extraction
@@ -51,50 +50,20 @@ from engramdb.services.app import MemoryApplication
 from engramdb.services.entity_resolution import EntityResolver, ResolutionMemo
 from engramdb.services.messages import ConversationMessage
 from engramdb.services.pre_retrieval import PreRetrieval, aggregate_context
+from engramdb.services.write_models import (
+    DecisionOut,
+    RejectedOut,
+    WriteConfig,
+    WriteResult,
+    write_result,
+)
+
+__all__ = ["DecisionOut", "RejectedOut", "WriteConfig", "WritePipeline", "WriteRequest", "WriteResult"]
 
 log = logging.getLogger(__name__)
 
 #: The pipeline accepts exactly what the bus accepts (same validation, same limits).
 WriteRequest = ConversationMessage
-
-
-class WriteConfig(BaseModel):
-    informed_extraction_topk: int = 10
-    context_token_budget: int = 800
-    max_facts_per_event: int = 100
-    enable_llm_resolution: bool = True
-    resolution_timeout_sec: float = 10.0
-    fuzzy_threshold: float = 0.85
-    ambiguous_floor: float = 0.50
-    max_conflict_retries: int = 8
-    conflict_backoff_sec: float = 0.005
-
-
-class DecisionOut(BaseModel):
-    kind: str
-    fact_id: str | None = None
-    target_fact_id: str | None = None
-    entity_key: str | None = None
-    text: str | None = None
-
-
-class RejectedOut(BaseModel):
-    reason: str
-    text: str | None = None
-
-
-class WriteResult(BaseModel):
-    agent_id: str
-    message_id: str
-    position: int = Field(description="notification id to wait for (read-your-writes)")
-    duplicate: bool = False
-    decisions: list[DecisionOut] = Field(default_factory=list)
-    rejected: list[RejectedOut] = Field(default_factory=list)
-    duration_ms: float = 0.0
-    llm_calls: int = 0
-    extraction_error: str | None = None
-    resumed: bool = False
-    conflicts: int = 0
 
 
 class _Duplicate(Exception):
@@ -310,7 +279,7 @@ class WritePipeline:
                 self.app.forget_cached(agent_uuid, record_uuid)
                 raise
         position = recordings[-1].notification.id if recordings else 0
-        return _result(request, position, report, llm_calls + memo.llm_calls, error, resumed, conflicts)
+        return write_result(request, position, report, llm_calls + memo.llm_calls, error, resumed, conflicts)
 
     def _decide(
         self,
@@ -357,34 +326,3 @@ def _as_plain_adds(extraction: Extraction) -> Extraction:
         if f.action != "RETRACT"
     ]
     return Extraction(facts=facts, entities=extraction.entities, relationships=[])
-
-
-def _result(
-    request: ConversationMessage,
-    position: int,
-    report: DecisionReport,
-    llm_calls: int,
-    error: str | None,
-    resumed: bool,
-    conflicts: int,
-) -> WriteResult:
-    decisions = [
-        DecisionOut(
-            kind=d.kind, fact_id=d.fact_id, target_fact_id=d.target_fact_id, entity_key=d.entity_key, text=d.text
-        )
-        for d in report.decisions
-        if d.kind != "REJECTED"
-    ]
-    rejected = [RejectedOut(reason=d.reason or "", text=d.text) for d in report.rejected]
-    return WriteResult(
-        agent_id=request.agent_id,
-        message_id=request.message_id,
-        position=position,
-        decisions=decisions,
-        rejected=rejected,
-        llm_calls=llm_calls,
-        extraction_error=error,
-        resumed=resumed,
-        conflicts=conflicts,
-    )
-
