@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-import unicodedata
 from uuid import NAMESPACE_URL, UUID, uuid5
+
+from engramdb.domain.text import fold
 
 _NAMESPACE = uuid5(NAMESPACE_URL, "https://engramdb.dev/ns")
 SELF_ENTITY_KEY = "person:user"
@@ -30,13 +31,6 @@ def message_record_id(agent_id: str, message_id: str) -> UUID:
 
 def new_fact_id(agent_id: str, message_id: str, ordinal: int) -> str:
     return "f_" + uuid5(_NAMESPACE, f"fact\x00{agent_id}\x00{message_id}\x00{ordinal}").hex[:20]
-
-
-def fold(text: str) -> str:
-    """Lower-case, accent-free, single-spaced: the form used to compare names and texts."""
-    decomposed = unicodedata.normalize("NFKD", text)
-    ascii_ish = "".join(ch for ch in decomposed if not unicodedata.combining(ch))
-    return _SPACES.sub(" ", ascii_ish.casefold()).strip()
 
 
 def slugify(name: str) -> str:

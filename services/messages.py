@@ -32,13 +32,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from engramdb.domain.agent_id import AGENT_ID_MAX_CHARS, AGENT_ID_PATTERN
+
 DEFAULT_PREFIX = "engramdb"
 MAX_TEXT_BYTES = 64 * 1024
 MAX_METADATA_BYTES = 16 * 1024
-MAX_ID_CHARS = 200
-AGENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@+\-]{0,199}$"
+MAX_ID_CHARS = AGENT_ID_MAX_CHARS  # message, session and speaker ids share the agent id's cap
 DUPLICATE_WINDOW_SEC = 120.0
-_AGENT_ID_RE = re.compile(AGENT_ID_PATTERN)
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 

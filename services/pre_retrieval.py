@@ -15,7 +15,6 @@ table does not cost a round trip per message.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections.abc import Iterable
@@ -24,10 +23,10 @@ from dataclasses import dataclass, field
 from engramdb.domain.aggregate import AgentMemory
 from engramdb.domain.extraction import KnownEntity, KnownFact
 from engramdb.domain.keys import fold, self_entity_key, slugify
+from engramdb.domain.text import CONTRACTED_WORD_RE, approx_tokens, ngram_spans
 
 log = logging.getLogger(__name__)
 
-_WORD = re.compile(r"\w+(?:['’-]\w+)*", re.UNICODE)
 _MAX_NGRAM = 4
 _MAX_CANDIDATE_FACTS = 60
 _MAX_PROFILE_CHARS = 400  # a profile must not eat the whole 800-token budget
@@ -40,17 +39,12 @@ class PreRetrievalResult:
     source: str = "projections"  # or "aggregate"
 
 
-def _approx_tokens(text: str) -> int:
-    return (len(text) + 3) // 4
-
-
 def message_ngrams(text: str, max_n: int = _MAX_NGRAM) -> list[str]:
     """Folded word n-grams (1..max_n) of the message: the candidate surface names."""
-    words = [fold(w) for w in _WORD.findall(text)]
+    words = [fold(w) for w in CONTRACTED_WORD_RE.findall(text)]
     grams: dict[str, None] = {}
-    for n in range(1, max_n + 1):
-        for i in range(len(words) - n + 1):
-            grams[" ".join(words[i : i + n])] = None
+    for start, end in ngram_spans(len(words), max_n):
+        grams[" ".join(words[start:end])] = None
     return list(grams)
 
 
@@ -234,15 +228,15 @@ class PreRetrieval:
         used = 0
         kept_entities: list[KnownEntity] = []
         for ent in entities:
-            cost = _approx_tokens(f"{ent.entity_key} {ent.display_name} {' '.join(ent.aliases)}")
-            cost += _approx_tokens(ent.profile_text)
+            cost = approx_tokens(f"{ent.entity_key} {ent.display_name} {' '.join(ent.aliases)}")
+            cost += approx_tokens(ent.profile_text)
             if used + cost > self.token_budget and kept_entities:
                 break
             kept_entities.append(ent)
             used += cost
         kept_facts: list[KnownFact] = []
         for fact in facts:
-            cost = _approx_tokens(f"[{fact.fact_id}] ({fact.entity_key}) {fact.text}")
+            cost = approx_tokens(f"[{fact.fact_id}] ({fact.entity_key}) {fact.text}")
             if used + cost > self.token_budget:
                 break
             kept_facts.append(fact)

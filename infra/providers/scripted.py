@@ -14,12 +14,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from engramdb.domain.text import WORD_RE
 from engramdb.infra.providers.calibration import SIMILARITY_FLOOR
 
 #: One scripted answer: the text to return, an exception to raise, or a list of those
@@ -111,14 +111,11 @@ class ScriptedLLM:
         return answer
 
 
-_TOKEN = re.compile(r"\w+", re.UNICODE)
-
-
 def bow_tokens(text: str) -> list[str]:
     """Lowercased, accent-stripped word tokens (``\\w+``)."""
     folded = unicodedata.normalize("NFKD", text.lower())
     folded = "".join(ch for ch in folded if not unicodedata.combining(ch))
-    return _TOKEN.findall(folded)
+    return WORD_RE.findall(folded)
 
 
 class HashEmbedder:

@@ -41,6 +41,7 @@ from engramdb.domain.extraction import (
     ExtractorInfo,
 )
 from engramdb.domain.ports import LLMProvider
+from engramdb.domain.text import approx_tokens
 from engramdb.services.extraction import ExtractionOutcome
 
 DEFAULT_PROMPT_VERSION = "extraction/v1"
@@ -150,10 +151,6 @@ def response_format() -> dict[str, Any]:
 # --------------------------------------------------------------------------- context
 
 
-def _approx_tokens(text: str) -> int:
-    return (len(text) + 3) // 4
-
-
 def build_context(
     request: ExtractionInput, budget_tokens: int = CONTEXT_TOKEN_BUDGET
 ) -> tuple[str, str]:
@@ -168,7 +165,7 @@ def build_context(
     for ent in request.known_entities:
         aliases = ", ".join(a for a in ent.aliases if a != ent.display_name)
         line = f"- {ent.entity_key}: {ent.display_name}" + (f"; {aliases}" if aliases else "")
-        cost = _approx_tokens(line) + 1
+        cost = approx_tokens(line) + 1
         if used + cost > budget_tokens:
             break
         entity_lines.append(line)
@@ -177,7 +174,7 @@ def build_context(
     for fact in request.known_facts:
         attr = f"; {fact.attribute_key}" if fact.attribute_key else ""
         line = f"- [{fact.fact_id}] ({fact.entity_key}{attr}) {fact.text}"
-        cost = _approx_tokens(line) + 1
+        cost = approx_tokens(line) + 1
         if used + cost > budget_tokens:
             break
         fact_lines.append(line)

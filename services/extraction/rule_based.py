@@ -41,6 +41,11 @@ from engramdb.domain.extraction import (
     KnownEntity,
     KnownFact,
 )
+from engramdb.domain.text import NAME_WORD_PATTERN as _WORD
+from engramdb.domain.text import NAME_WORD_RE as _TOKEN
+from engramdb.domain.text import STOPWORDS_EXTRACTION as _STOPWORDS
+from engramdb.domain.text import fold_case as _fold
+from engramdb.domain.text import is_greeting_sentence as _is_greeting
 from engramdb.services.extraction import ExtractionOutcome
 
 OFFLINE_NOTICE = (
@@ -52,7 +57,6 @@ RULES_VERSION = "rule-based/v1"
 SELF_FALLBACK = "user"
 
 _CAP = "A-ZÀ-ÖØ-Þ"
-_WORD = r"[\w’'-]+"
 _CONNECTORS = ("de", "da", "do", "dos", "das", "of", "del", "van", "von")
 _NAME = rf"[{_CAP}][\w’'-]*(?:\s+(?:(?:{'|'.join(_CONNECTORS)})\s+)?[{_CAP}][\w’'-]*)*"
 
@@ -63,66 +67,6 @@ def _words(text: str) -> frozenset[str]:
     """A word list written as a whitespace-separated block (readable, easy to extend)."""
     return frozenset(text.split())
 
-
-_STOPWORDS = _words(
-    """
-    i i'm i’m i've i'd i'll me my mine myself we we're our ours us you you're your yours he he's
-    him his she she's her hers it it's its they they're them their this that these those there
-    here the a an and or but so if then than because when where what which who whom whose why
-    how yes no not oh ah ok okay well hey hi hello thanks thank please sorry wow yeah yep nope
-    also just still really very maybe actually anyway btw lol haha good great nice cool awesome
-    morning evening night today tomorrow yesterday tonight everyone everybody everything
-    someone somebody something anyone anything nothing nobody none all some many much more
-    most other another each every both either neither last next first after before during
-    since until while though although however also as at by for from in into of on onto to
-    with without about over under again once always never sometimes often usually recently
-    monday tuesday wednesday thursday friday saturday sunday january february march april may
-    june july august september october november december christmas easter english portuguese
-    spanish french german brazilian american mom dad mum god lord tv ai
-    eu meu minha meus minhas me mim comigo nós nos nosso nossa nossos nossas você vocês seu
-    sua seus suas ele ela eles elas dele dela deles delas isso isto aquilo esse essa este esta
-    aquele aquela o a os as um uma uns umas e ou mas porque quando onde que quem qual quais
-    como por para pra pro com sem sobre de da do das dos em no na nos nas ao aos à às sim não
-    nao oi olá ola obrigado obrigada valeu bom boa dia tarde noite hoje amanhã ontem tudo todo
-    toda todos todas nada ninguém alguém algum alguma muito muita muitos muitas mais menos
-    também tambem já ainda agora então entao depois antes sempre nunca às vezes acho talvez
-    natal páscoa mãe pai
-    """
-)
-
-_GREETINGS = (
-    "hi",
-    "hey",
-    "hello",
-    "hiya",
-    "yo",
-    "good morning",
-    "good afternoon",
-    "good evening",
-    "good night",
-    "thanks",
-    "thank you",
-    "thx",
-    "bye",
-    "goodbye",
-    "see you",
-    "oi",
-    "olá",
-    "ola",
-    "e aí",
-    "bom dia",
-    "boa tarde",
-    "boa noite",
-    "obrigado",
-    "obrigada",
-    "valeu",
-    "tchau",
-    "até mais",
-    "ok",
-    "okay",
-    "lol",
-    "haha",
-)
 
 # Words after a sentence-initial capitalised word that make it likely a name.
 _NAME_FOLLOWERS = _words(
@@ -427,14 +371,9 @@ _CATEGORY_HINTS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?…])\s+|\n+")
-_TOKEN = re.compile(_WORD)
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _fold(text: str) -> str:
-    return text.casefold().strip()
 
 
 def _slug(text: str) -> str:
@@ -444,15 +383,6 @@ def _slug(text: str) -> str:
 
 def _strip_possessive(word: str) -> str:
     return re.sub(r"['’]s$", "", word)
-
-
-def _is_greeting(sentence: str) -> bool:
-    low = re.sub(r"[^\w\s']", " ", _fold(sentence))
-    low = " ".join(low.split())
-    for greeting in _GREETINGS:
-        if low == greeting or (low.startswith(greeting + " ") and len(low.split()) <= 4):
-            return True
-    return False
 
 
 def _is_portuguese(sentence: str) -> bool:

@@ -18,16 +18,12 @@ tiny budget never yields an empty context for a non-empty result. Tokens ≈ cha
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from engramdb.domain.text import approx_tokens as count_tokens
 from engramdb.services.retrieve.config import RetrieveConfig
-
-
-def count_tokens(text: str) -> int:
-    return math.ceil(len(text) / 4)
 
 
 def clean(text: str) -> str:

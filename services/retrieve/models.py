@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from engramdb.domain.agent_id import AGENT_ID_MAX_CHARS, READ_AGENT_ID_PATTERN
 from engramdb.services.retrieve.config import RetrieveConfig, UnknownConfigKey
 
 Strategy = Literal["multi_signal", "skip"]
@@ -74,7 +75,9 @@ class RetrieveRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    agent_id: str = Field(min_length=1, max_length=200, pattern=r"^[^\x00]+$", description="the tenant")
+    agent_id: str = Field(
+        min_length=1, max_length=AGENT_ID_MAX_CHARS, pattern=READ_AGENT_ID_PATTERN, description="the tenant"
+    )
     query: str = Field(max_length=200_000, description="the question; truncated to max_query_chars")
     as_of: datetime | None = Field(default=None, description="bi-temporal: what memory knew and held true at this time")
     wait_for: int | None = Field(default=None, ge=0, description="log position to wait for (read-your-writes)")

@@ -23,6 +23,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
+from engramdb.domain.agent_id import check_read_agent_id as validate_agent_id
 from engramdb.domain.ports import EmbeddingProvider, LLMProvider
 from engramdb.services.retrieve import enhance, rerank, signals
 from engramdb.services.retrieve.config import RetrieveConfig
@@ -53,14 +54,6 @@ def _utc(value: datetime | None) -> datetime | None:
     if value is None:
         return None
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-def validate_agent_id(agent_id: str) -> str:
-    if not isinstance(agent_id, str) or not agent_id.strip():
-        raise ValueError("agent_id must be a non-empty string")
-    if "\x00" in agent_id or len(agent_id) > 512:
-        raise ValueError("agent_id must not contain NUL and must be at most 512 characters")
-    return agent_id
 
 
 # Agents with at most this many facts (messages) get an exact nearest-neighbour search: the

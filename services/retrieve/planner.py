@@ -16,29 +16,10 @@ from datetime import datetime
 from typing import Any
 
 from engramdb.domain.keys import fold, slugify
+from engramdb.domain.text import STOPWORDS_QUERY, WORD_RE, is_small_talk_query, ngram_spans
 from engramdb.services.retrieve.models import PlannedEntity, PlanReason, RetrievalPlan
 
-_WORD = re.compile(r"\w+", re.UNICODE)
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-
-# Small talk, EN + PT (folded: lower-case, no accents). A query is small talk when it is made
-# only of these phrases (plus fillers), e.g. "oi, tudo bem?", "thanks!", "bom dia pessoal".
-_GREETING_PHRASES = sorted(
-    {
-        "hi", "hello", "hey", "hiya", "yo", "howdy", "sup", "whats up", "what s up", "good morning",
-        "good afternoon", "good evening", "good night", "morning", "evening", "thanks",
-        "thank you", "thx", "ty", "cheers", "ok", "okay", "k", "cool", "nice", "great", "bye",
-        "goodbye", "see you", "see ya", "how are you", "how are you doing", "how s it going",
-        "hows it going", "how is it going", "lol", "haha", "oi", "ola", "opa", "eae", "e ai",
-        "eai", "e aí", "bom dia", "boa tarde", "boa noite", "tudo bem", "tudo bom", "tudo certo",
-        "beleza", "blz", "obrigado", "obrigada", "brigado", "valeu", "vlw", "tchau", "ate mais",
-        "ate logo", "falou", "como vai", "como voce esta", "como vc esta", "kkk", "kkkk", "rs",
-        "legal", "massa", "show", "de nada", "you re welcome", "no problem", "np", "sim", "yes",
-        "no", "nao",
-    },
-    key=lambda p: -len(p.split()),
-)
-_GREETING_FILLERS = {"there", "everyone", "all", "guys", "folks", "friend", "pessoal", "galera", "amigo", "amiga", "tudo", "a", "e", "so", "very", "much", "muito"}
 
 # Aggregation: a plural type noun with a cue ("who are my friends?", "quais são meus amigos",
 # "list all companies", "meus projetos"). Each noun maps to the entity-type prefixes it can mean.
@@ -77,24 +58,6 @@ _BROAD = [
     )
 ]
 
-# Words that never name an entity and carry no keyword signal (EN + PT, folded).
-_STOPWORD_TEXT = """
-    a about above after again all also am an and any are as at be because been before being
-    between both but by can could did do does doing done down during each few for from had has
-    have having he her here hers him his how i if in into is it its itself just know like me
-    more most my myself no nor not now of off on once only or other our ours out over own same
-    she should so some such than that the their theirs them then there these they this those
-    through to too under until up very was we were what when where which while who whom why
-    will with would you your yours tell told say said does did get got thing things anything
-    something everything happened happen
-    o os as um uma uns umas de do da dos das no na nos nas em por para pra pro com sem sobre
-    que quem qual quais quando onde como porque por que se nao sim mais menos muito muita eu tu
-    ele ela nos vos eles elas me te lhe meu minha meus minhas seu sua seus suas nosso nossa este
-    esta isto esse essa isso aquele aquela aquilo foi era sao ser estar esta estao tem ter tinha
-    ja ainda tambem so ao aos e ou mas sabe voce voces vc conte conta tudo aconteceu
-"""
-STOPWORDS = frozenset(_STOPWORD_TEXT.split())
-
 
 def sanitize_query(query: str, max_chars: int) -> str:
     """Strip NULs/control characters and lone surrogates, collapse whitespace, cap the
@@ -121,31 +84,11 @@ class QueryAnalysis:
     ngrams: tuple[tuple[int, int, str], ...]  # (start, end, folded text), longest first
 
 
-def _is_greeting(tokens: list[str]) -> bool:
-    if not tokens or len(tokens) > 8:
-        return False
-    i, n = 0, len(tokens)
-    matched = False
-    while i < n:
-        for phrase in _GREETING_PHRASES:
-            words = phrase.split()
-            if tokens[i : i + len(words)] == words:
-                i += len(words)
-                matched = True
-                break
-        else:
-            if tokens[i] in _GREETING_FILLERS:
-                i += 1
-                continue
-            return False
-    return matched
-
-
 def analyze_query(query: str, max_ngram: int = 4) -> QueryAnalysis:
     """Pure: what kind of query this is, and the n-grams that may name entities."""
     folded = fold(query)
-    tokens = _WORD.findall(folded)
-    greeting = _is_greeting(tokens)
+    tokens = WORD_RE.findall(folded)
+    greeting = is_small_talk_query(tokens)
     broad = any(p.search(folded) for p in _BROAD)
     prefixes: list[str] = []
     cue = bool(_AGG_CUE.search(folded))
@@ -155,14 +98,13 @@ def analyze_query(query: str, max_ngram: int = 4) -> QueryAnalysis:
                 if p not in prefixes:
                     prefixes.append(p)
     ngrams: list[tuple[int, int, str]] = []
-    for size in range(min(max_ngram, len(tokens)), 0, -1):
-        for start in range(0, len(tokens) - size + 1):
-            words = tokens[start : start + size]
-            if all(w in STOPWORDS or len(w) < 2 for w in words):
-                continue
-            if words[0] in STOPWORDS or words[-1] in STOPWORDS:
-                continue  # "the vertix" is found as "vertix"
-            ngrams.append((start, start + size, " ".join(words)))
+    for start, end in ngram_spans(len(tokens), max_ngram, longest_first=True):
+        words = tokens[start:end]
+        if all(w in STOPWORDS_QUERY or len(w) < 2 for w in words):
+            continue
+        if words[0] in STOPWORDS_QUERY or words[-1] in STOPWORDS_QUERY:
+            continue  # "the vertix" is found as "vertix"
+        ngrams.append((start, end, " ".join(words)))
     return QueryAnalysis(
         query=query,
         folded=folded,

@@ -9,7 +9,6 @@ vectors). User text only ever reaches SQL as a bound parameter; LIKE patterns ar
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,10 +16,9 @@ from datetime import datetime
 from typing import Any
 
 from engramdb.domain.keys import fold
+from engramdb.domain.text import STOPWORDS_QUERY, WORD_RE
 from engramdb.services.retrieve.config import RetrieveConfig
-from engramdb.services.retrieve.planner import STOPWORDS, Edge, load_edges
-
-_WORD = re.compile(r"\w+", re.UNICODE)
+from engramdb.services.retrieve.planner import Edge, load_edges
 
 
 def _active_now(alias: str = "f") -> str:
@@ -60,8 +58,8 @@ def keyword_words(query: str, max_words: int, min_len: int) -> list[str]:
     """Words longer than 2 chars (``min_len`` 3), stop words dropped, first ``max_words``
     distinct ones, lower-cased but accents kept (ILIKE is accent-sensitive)."""
     words: list[str] = []
-    for word in _WORD.findall(query.lower()):
-        if len(word) < min_len or fold(word) in STOPWORDS or word.isdigit() and len(word) < 4:
+    for word in WORD_RE.findall(query.lower()):
+        if len(word) < min_len or fold(word) in STOPWORDS_QUERY or word.isdigit() and len(word) < 4:
             continue
         if word not in words:
             words.append(word)
