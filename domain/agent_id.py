@@ -1,35 +1,31 @@
-"""What a valid agent id is: the one home for the rule, used by every surface.
+"""What a valid agent id is: the one rule, used by every surface (write, retrieve, audit).
 
-Why two strengths: a *written* agent id is stored in every event of the agent and comes back
-in URL paths (``/v1/agents/{agent_id}/...``) and CLI arguments, so writes accept only a
-conservative alphabet. A *read* only has to be storable text: a retrieve for an agent that was
-never written simply finds nothing. Tightening reads to the write rule would turn today's
-empty answers into errors, so both rules stay, side by side, and are kept exactly as the surfaces have always applied them.
+Why one rule for reads and writes: a written agent id is stored in every event of the agent
+and comes back in URL paths (``/v1/agents/{agent_id}/...``), NATS subjects and CLI arguments,
+so it is limited to a conservative alphabet. An id outside that alphabet can never hold
+memory, so a read with one is a caller's mistake: it gets a clear error naming ``agent_id``
+rather than a silent empty answer.
 """
 
 from __future__ import annotations
 
+import re
+
 AGENT_ID_MAX_CHARS = 200
-"""Longest agent id a message (write) or a retrieve request (HTTP/NATS read) may carry."""
+"""Longest agent id any surface accepts."""
 
 AGENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@+\-]{0,199}$"
-"""Write rule: letters, digits and ``_ . : @ + -``, starting with a letter or digit."""
+"""Letters, digits and ``_ . : @ + -``, starting with a letter or digit (pydantic ``pattern``)."""
 
-READ_AGENT_ID_PATTERN = r"^[^\x00]+$"
-"""Read rule on the wire (``RetrieveRequest``): any non-empty text without NUL."""
+AGENT_ID_RULE = "letters, digits and _ . : @ + - (starting with a letter or digit), at most 200 characters"
+"""The rule in words, for error messages and API descriptions."""
 
-LIBRARY_READ_AGENT_ID_MAX_CHARS = 512
-"""Read rule for in-process callers of ``Retriever.retrieve`` (no pydantic model in front)."""
+_AGENT_ID = re.compile(AGENT_ID_PATTERN)
 
 
-def check_read_agent_id(agent_id: str) -> str:
-    """Validate an agent id given to the library's retrieve; returns it unchanged.
-
-    Raises ``ValueError`` whose message names ``agent_id`` (the HTTP layer maps on that)."""
-    if not isinstance(agent_id, str) or not agent_id.strip():
-        raise ValueError("agent_id must be a non-empty string")
-    if "\x00" in agent_id or len(agent_id) > LIBRARY_READ_AGENT_ID_MAX_CHARS:
-        raise ValueError(
-            f"agent_id must not contain NUL and must be at most {LIBRARY_READ_AGENT_ID_MAX_CHARS} characters"
-        )
+def check_agent_id(agent_id: object) -> str:
+    """Return ``agent_id`` unchanged if valid; else ``ValueError`` whose message names
+    ``agent_id`` and the rule (the HTTP layer maps it to a 422)."""
+    if not isinstance(agent_id, str) or not _AGENT_ID.fullmatch(agent_id):
+        raise ValueError(f"agent_id {agent_id!r:.60} is not valid: use {AGENT_ID_RULE}")
     return agent_id

@@ -32,7 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from engramdb.domain.agent_id import AGENT_ID_MAX_CHARS, AGENT_ID_PATTERN
+from engramdb.domain.agent_id import AGENT_ID_MAX_CHARS, AGENT_ID_PATTERN, AGENT_ID_RULE
 
 DEFAULT_PREFIX = "engramdb"
 MAX_TEXT_BYTES = 64 * 1024
@@ -90,7 +90,7 @@ class ConversationMessage(BaseModel):
         min_length=1,
         max_length=MAX_ID_CHARS,
         pattern=AGENT_ID_PATTERN,
-        description="tenant id: letters, digits and _ . : @ + - (starts with a letter/digit)",
+        description=f"tenant id: {AGENT_ID_RULE}",
     )
     message_id: str = Field(
         default_factory=lambda: uuid.uuid4().hex,

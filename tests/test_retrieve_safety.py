@@ -95,7 +95,7 @@ def test_huge_query_is_truncated(retriever: Retriever, store: Store, agent_id: s
 
 
 def test_bad_agent_ids_and_overrides(retriever: Retriever) -> None:
-    for bad in ("", "   ", "a\x00b"):
+    for bad in ("", "   ", "a\x00b", "has space", "x" * 201):
         with pytest.raises(ValueError, match="agent_id"):
             retriever.retrieve(bad, "Where does Marcos live?")
     with pytest.raises(UnknownConfigKey) as err:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engramdb.domain.agent_id import AGENT_ID_MAX_CHARS, READ_AGENT_ID_PATTERN
+from engramdb.domain.agent_id import AGENT_ID_MAX_CHARS, AGENT_ID_PATTERN, AGENT_ID_RULE
 from engramdb.services.retrieve.config import RetrieveConfig, UnknownConfigKey
 
 Strategy = Literal["multi_signal", "skip"]
@@ -76,7 +76,7 @@ class RetrieveRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     agent_id: str = Field(
-        min_length=1, max_length=AGENT_ID_MAX_CHARS, pattern=READ_AGENT_ID_PATTERN, description="the tenant"
+        min_length=1, max_length=AGENT_ID_MAX_CHARS, pattern=AGENT_ID_PATTERN, description=f"the tenant: {AGENT_ID_RULE}"
     )
     query: str = Field(max_length=200_000, description="the question; truncated to max_query_chars")
     as_of: datetime | None = Field(default=None, description="bi-temporal: what memory knew and held true at this time")

@@ -23,7 +23,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
-from engramdb.domain.agent_id import check_read_agent_id as validate_agent_id
+from engramdb.domain.agent_id import check_agent_id
 from engramdb.domain.ports import EmbeddingProvider, LLMProvider
 from engramdb.services.retrieve import enhance, rerank, signals
 from engramdb.services.retrieve.config import RetrieveConfig
@@ -156,7 +156,7 @@ class Retriever:
     ) -> RetrieveResult:
         t0 = time.perf_counter()
         cfg = self.config.with_overrides(config_overrides)
-        validate_agent_id(agent_id)
+        check_agent_id(agent_id)
         if not isinstance(query, str):
             raise ValueError("query must be a string")
         as_of = _utc(as_of)
