@@ -37,7 +37,7 @@ _EXPORTS: dict[str, str] = {
     "ProviderBadResponse": "engramdb.infra.providers.errors",
     "ProviderUnavailable": "engramdb.infra.providers.errors",
     "RerankFailed": "engramdb.services.retrieve.rerank",
-    "EmbeddedServerError": "engramdb.infra.embedded",
+    "EmbeddedServerError": "engramdb.infra.embedded_base",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -46,7 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from engramdb.domain.errors import DecisionRejected as DecisionRejected
     from engramdb.domain.ports import EmbeddingProvider as EmbeddingProvider
     from engramdb.domain.ports import LLMProvider as LLMProvider
-    from engramdb.infra.embedded import EmbeddedServerError as EmbeddedServerError
+    from engramdb.infra.embedded_base import EmbeddedServerError as EmbeddedServerError
     from engramdb.infra.providers.errors import ProviderBadResponse as ProviderBadResponse
     from engramdb.infra.providers.errors import ProviderError as ProviderError
     from engramdb.infra.providers.errors import ProviderRateLimited as ProviderRateLimited

@@ -1,195 +1,22 @@
-"""Supervision primitives shared by the embedded PostgreSQL and NATS servers.
+"""``EmbeddedServers``: both embedded endpoints (PostgreSQL, NATS) behind one context manager.
 
-Why this exists: on the embedded default engramdb owns its servers, but several engramdb
-processes (CLI, ``serve``, tests) may point at the same ``data_dir``. They must cooperate
-instead of fighting: one ``flock`` per server serialises start/stop decisions, and a
-directory of *client tokens* (one per live handle, tagged with pid + process start time so a
-recycled pid is not mistaken for a live client) is the reference count. The last client to
-leave stops the server; a crashed client's token is pruned on the next look. See
-``ADR/0002-embedded-servers.md``.
-
-``EmbeddedServers`` is the context-manager façade: it resolves both endpoints from
-``Settings`` (external URLs win) and stops whatever it started on exit.
+It resolves both from ``Settings`` (external URLs win) and stops whatever it started on exit.
+The supervision primitives live in ``embedded_base`` (``EmbeddedServerError`` re-exported);
+this façade is the top of the stack — it imports ``database`` and ``embedded_nats``, which
+import ``embedded_base``, and nothing below imports it back.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import json
-import os
-import socket
-import time
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import psutil
+from engramdb.infra.database import DatabaseConfig, ensure_extensions, resolve_database
+from engramdb.infra.embedded_base import EmbeddedServerError as EmbeddedServerError
+from engramdb.infra.embedded_nats import NatsHandle, ensure_nats
 
 if TYPE_CHECKING:
-    from engramdb.infra.database import DatabaseConfig
-    from engramdb.infra.embedded_nats import NatsHandle
     from engramdb.infra.settings import Settings
-
-
-class EmbeddedServerError(RuntimeError):
-    """An embedded server could not be started; the message says what to do about it."""
-
-
-def run_dir(data_dir: Path) -> Path:
-    """Root-only bookkeeping directory (locks, state with the DB password, client tokens)."""
-    path = data_dir / "run"
-    path.mkdir(parents=True, exist_ok=True)
-    path.chmod(0o700)
-    return path
-
-
-@contextlib.contextmanager
-def file_lock(path: Path, timeout: float = 120.0) -> Iterator[None]:
-    """Exclusive inter-process lock (flock: released by the kernel if the holder dies)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    deadline = time.monotonic() + timeout
-    try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise EmbeddedServerError(f"timed out waiting for lock {path}") from None
-                time.sleep(0.05)
-        yield
-    finally:
-        with contextlib.suppress(OSError):
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Atomic write, mode 0600 (the postgres state holds a password)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(data, fh)
-    os.replace(tmp, path)
-
-
-def process_start_time(pid: int) -> float | None:
-    try:
-        return psutil.Process(pid).create_time()
-    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
-        return None
-
-
-def process_alive(pid: int, create_time: float | None = None) -> bool:
-    """True if ``pid`` runs (not a zombie) and, if given, was started at ``create_time``."""
-    try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return False
-        return create_time is None or abs(proc.create_time() - create_time) < 0.01
-    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
-        return False
-
-
-def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # like the servers themselves: TIME_WAIT leftovers of the last run must not count
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def pick_port(preferred: int | None = None, host: str = "127.0.0.1") -> int:
-    """Reuse the port of the last run when it is free (stable URLs), else ask the kernel."""
-    if preferred and port_is_free(preferred, host):
-        return preferred
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_until(predicate: Any, timeout: float, interval: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return bool(predicate())
-
-
-class ReleasableHandle:
-    """What the PostgreSQL and NATS handles share: ``stop()`` releases this process's claim
-    (idempotent) and the server stops when no live claim remains; usable with ``with``.
-    Subclasses are dataclasses with ``data_dir`` and ``_token`` fields and say how to release."""
-
-    data_dir: Path
-    _token: Path | None
-
-    def _release(self, data_dir: Path, token: Path) -> None:
-        raise NotImplementedError
-
-    def stop(self) -> None:
-        if self._token is None:
-            return
-        token, self._token = self._token, None
-        self._release(self.data_dir, token)
-
-    def __enter__(self) -> Any:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-class ClientRegistry:
-    """Reference count of live handles on one server, as token files in a directory."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        directory.mkdir(parents=True, exist_ok=True)
-
-    def register(self) -> Path:
-        pid = os.getpid()
-        token = self.directory / f"{pid}-{uuid.uuid4().hex}.json"
-        write_json(token, {"pid": pid, "create_time": process_start_time(pid)})
-        return token
-
-    def unregister(self, token: Path) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            token.unlink()
-
-    def live_count(self) -> int:
-        """Prune tokens of dead processes and count the rest."""
-        count = 0
-        for token in self.directory.glob("*.json"):
-            info = read_json(token)
-            pid = info.get("pid")
-            if isinstance(pid, int) and process_alive(pid, info.get("create_time")):
-                count += 1
-            else:
-                with contextlib.suppress(FileNotFoundError):
-                    token.unlink()
-        return count
-
-    def clear(self) -> None:
-        for token in self.directory.glob("*.json"):
-            with contextlib.suppress(FileNotFoundError):
-                token.unlink()
 
 
 class EmbeddedServers:
@@ -220,9 +47,6 @@ class EmbeddedServers:
         return self._nats_url
 
     def start(self) -> EmbeddedServers:
-        from engramdb.infra.database import ensure_extensions, resolve_database
-        from engramdb.infra.embedded_nats import ensure_nats
-
         try:
             self._database = resolve_database(self.settings)
             if self.create_extensions:

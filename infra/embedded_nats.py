@@ -26,7 +26,7 @@ from pathlib import Path
 
 import psutil
 
-from engramdb.infra.embedded import (
+from engramdb.infra.embedded_base import (
     ClientRegistry,
     EmbeddedServerError,
     ReleasableHandle,

@@ -35,7 +35,7 @@ from urllib.parse import quote
 
 import psutil
 
-from engramdb.infra.embedded import (
+from engramdb.infra.embedded_base import (
     ClientRegistry,
     EmbeddedServerError,
     ReleasableHandle,

@@ -17,7 +17,8 @@ import psycopg
 import pytest
 
 from engramdb.infra.database import ensure_extensions, es_env_from_url, resolve_database
-from engramdb.infra.embedded import EmbeddedServerError, EmbeddedServers, wait_until
+from engramdb.infra.embedded import EmbeddedServers
+from engramdb.infra.embedded_base import EmbeddedServerError, wait_until
 from engramdb.infra.embedded_nats import ensure_nats, nats_running
 from engramdb.infra.embedded_postgres import ensure_postgres, postgres_running
 from engramdb.infra.settings import Settings
