@@ -136,6 +136,10 @@ class ProjectionSet:
             for name, runner in self.runners.items()
         }
 
+    def alive(self) -> dict[str, bool]:
+        """Per in-process projector: still following the log (False once its thread died)."""
+        return {name: not r.is_interrupted.is_set() for name, r in self.runners.items()}
+
     def wait(self, position: int | None, timeout: float = 30.0) -> None:
         """Read-your-writes: block until every projection applied ``position``.
 

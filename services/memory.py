@@ -36,6 +36,7 @@ from engramdb.services.audit import (
 )
 from engramdb.services.extraction import Extractor, LLMExtractor, RuleBasedExtractor
 from engramdb.services.extraction.rule_based import OFFLINE_NOTICE
+from engramdb.services.health import DEFAULT_MAX_LAG, HealthReport, check_health
 from engramdb.services.pre_retrieval import PreRetrieval
 from engramdb.services.retrieve.models import RetrieveResult
 from engramdb.services.retrieve.pipeline import Retriever
@@ -86,6 +87,7 @@ class Memory:
         self.retriever = Retriever(
             self.pool, embedder, llm=llm, wait_for_position=self.wait_for_projections
         )
+        self.nats_url: str | None = None  # the broker this process uses (set by ``serve``)
 
     def _ensure_pattern_table(self) -> None:
         """Patterns come from background jobs, which no projection owns yet (see ADR-0006)."""
@@ -214,6 +216,18 @@ class Memory:
             self.projections.wait(position, timeout)
         else:
             wait_for_position(self.database.url, position, timeout, schema=self.schema)
+
+    def health(self, max_lag: int = DEFAULT_MAX_LAG, timeout: float = 2.0) -> HealthReport:
+        """Readiness (``/readyz``): database, NATS if this process uses one, projection lag."""
+        return check_health(
+            pool=self.pool,
+            schema=self.schema,
+            head=self.app.recorder.max_notification_id,
+            projections=self.projections,
+            nats_url=self.nats_url,
+            max_lag=max_lag,
+            timeout=timeout,
+        )
 
     def history(self, agent_id: str, fact_id: str | None = None) -> list[HistoryEntry]:
         """How a memory came to be, from the event log."""

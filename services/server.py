@@ -35,6 +35,7 @@ def run_server(role: str = "all", settings: Settings | None = None) -> None:
     projectors = role in ("all", "projector")
     with Memory.open(settings, start_projectors=projectors) as memory:
         nats_url = resolve_nats(settings) if role != "projector" else None
+        memory.nats_url = nats_url  # so /readyz checks the broker too
         ingest = None
         if role in ("all", "ingest") and nats_url is not None:
             app, _broker = build_ingest_app(nats_url, memory.pipeline)
