@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
-from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +28,8 @@ from engramdb.domain.resolution import (
     Resolution,
     resolve_name,
 )
+from engramdb.infra.llm_timeout import call_with_timeout
+from engramdb.infra.prompt_files import PromptTemplate, load_prompt
 
 log = logging.getLogger(__name__)
 
@@ -92,22 +91,6 @@ def names_of(extraction: Extraction) -> list[tuple[str, str]]:
     return list(seen.values())
 
 
-def _call_with_timeout(fn: Any, timeout: float) -> str:
-    """Daemon thread so a hung provider can never block the pipeline or interpreter exit."""
-    future: Future[str] = Future()
-
-    def run() -> None:
-        if not future.set_running_or_notify_cancel():
-            return
-        try:
-            future.set_result(fn())
-        except BaseException as exc:  # noqa: BLE001 — handed over via the future
-            future.set_exception(exc)
-
-    threading.Thread(target=run, name="engramdb-llm-resolve", daemon=True).start()
-    return future.result(timeout=timeout)
-
-
 class EntityResolver:
     def __init__(
         self,
@@ -125,10 +108,8 @@ class EntityResolver:
         self.fuzzy_threshold = fuzzy_threshold
         self.ambiguous_floor = ambiguous_floor
         self.prompt_version = prompt_version
-        self._prompt: Any = None
+        self._prompt: PromptTemplate | None = None
         if self.enable_llm:
-            from engramdb.services.extraction.llm_extractor import load_prompt
-
             self._prompt = load_prompt(prompt_version)  # fail fast on a missing prompt file
 
     def resolve_all(
@@ -213,13 +194,14 @@ class EntityResolver:
         llm = self.llm
         memo.llm_calls += 1
         try:
-            raw = _call_with_timeout(
+            raw = call_with_timeout(
                 lambda: llm.complete(
                     messages, temperature=0, response_format=resolution_response_format(candidates), max_tokens=60
                 ),
                 self.timeout_sec,
+                name="engramdb-llm-resolve",
             )
-        except FutureTimeout:
+        except TimeoutError:
             memo.errors.append(f"resolution of {res.name!r} timed out after {self.timeout_sec:g}s; new entity")
             return None
         except Exception as exc:  # noqa: BLE001 — fail-safe: a new entity instead

@@ -21,13 +21,8 @@ from __future__ import annotations
 import copy
 import json
 import re
-import threading
 import time
-from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from functools import lru_cache
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -42,6 +37,9 @@ from engramdb.domain.extraction import (
 )
 from engramdb.domain.ports import LLMProvider
 from engramdb.domain.text import approx_tokens
+from engramdb.infra.llm_timeout import call_with_timeout
+from engramdb.infra.prompt_files import PromptTemplate
+from engramdb.infra.prompt_files import load_prompt as _load_prompt
 from engramdb.services.extraction import ExtractionOutcome
 
 DEFAULT_PROMPT_VERSION = "extraction/v1"
@@ -53,51 +51,15 @@ _EXCLUDED_FIELDS = {"source_message_ids"}
 # Keywords OpenAI strict mode rejects or that only add noise to the schema.
 _DROPPED_KEYWORDS = {"title", "default", "minLength", "maxLength", "examples", "description"}
 
-_SYSTEM_MARK = "=== system ==="
-_USER_MARK = "=== user ==="
-_PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 _FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)
 
 
 # --------------------------------------------------------------------------- prompt file
 
 
-class PromptTemplate(BaseModel):
-    version: str
-    system: str
-    user: str
-
-    def render(self, values: dict[str, str]) -> tuple[str, str]:
-        """Fill ``{{name}}`` placeholders in one pass (message text is never re-scanned)."""
-
-        def fill(template: str) -> str:
-            return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), template)
-
-        return fill(self.system), fill(self.user)
-
-
-def _prompt_text(filename: str) -> str:
-    try:
-        return resources.files("engramdb.infra").joinpath("prompts", filename).read_text("utf-8")
-    except (FileNotFoundError, ModuleNotFoundError, NotADirectoryError):
-        # Source checkout without the package installed: fall back to the repo layout.
-        path = Path(__file__).resolve().parents[2] / "infra" / "prompts" / filename
-        return path.read_text("utf-8")
-
-
-@lru_cache(maxsize=8)
 def load_prompt(version: str = DEFAULT_PROMPT_VERSION) -> PromptTemplate:
-    """Load ``infra/prompts/<name>_<vN>.md`` for a version string like ``extraction/v1``."""
-    filename = version.replace("/", "_") + ".md"
-    text = _prompt_text(filename)
-    # The marks must stand alone on their line (the file's header may mention them).
-    parts = re.split(rf"^{re.escape(_SYSTEM_MARK)}$|^{re.escape(_USER_MARK)}$", text, flags=re.M)
-    if len(parts) != 3:
-        raise ValueError(
-            f"prompt {filename} needs one {_SYSTEM_MARK!r} and one {_USER_MARK!r} line"
-        )
-    _, system, user = parts
-    return PromptTemplate(version=version, system=system.strip(), user=user.strip())
+    """The extraction prompt (``infra/prompts/extraction_v1.md`` by default)."""
+    return _load_prompt(version)
 
 
 # --------------------------------------------------------------------------- JSON schema
@@ -266,26 +228,6 @@ def parse_extraction(raw: str, max_facts: int) -> tuple[Extraction, list[str]]:
 # --------------------------------------------------------------------------- extractor
 
 
-def _call_with_timeout(fn: Any, timeout: float) -> str:
-    """Run ``fn()`` in a daemon thread; give up after ``timeout`` seconds.
-
-    A daemon thread (not a ThreadPoolExecutor) so an abandoned, hung provider call can
-    never block interpreter exit.
-    """
-    future: Future[str] = Future()
-
-    def run() -> None:
-        if not future.set_running_or_notify_cancel():
-            return
-        try:
-            future.set_result(fn())
-        except BaseException as exc:  # noqa: BLE001 — handed to the caller via the future
-            future.set_exception(exc)
-
-    threading.Thread(target=run, name="engramdb-llm-extract", daemon=True).start()
-    return future.result(timeout=timeout)
-
-
 class LLMExtractor:
     """Informed extraction with an :class:`~domain.ports.LLMProvider` (never raises)."""
 
@@ -326,11 +268,12 @@ class LLMExtractor:
             return done(None, f"prompt construction failed: {exc!r}", None, 0)
 
         try:
-            raw = _call_with_timeout(
+            raw = call_with_timeout(
                 lambda: self.llm.complete(messages, temperature=0, response_format=fmt),
                 self.timeout_sec,
+                name="engramdb-llm-extract",
             )
-        except FutureTimeout:
+        except TimeoutError:
             return done(None, f"LLM call timed out after {self.timeout_sec:g}s", None, 1)
         except Exception as exc:  # noqa: BLE001
             return done(None, f"LLM call failed: {type(exc).__name__}: {exc}", None, 1)

@@ -12,19 +12,15 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from engramdb.domain.ports import LLMProvider
+from engramdb.infra.llm_timeout import call_with_timeout as _call_with_timeout
+from engramdb.infra.prompt_files import load_prompt as _load_prompt
 
 PROMPT_VERSION = "rerank/v1"
-_SYSTEM_MARK, _USER_MARK = "=== system ===", "=== user ==="
-_PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 _JSON_OBJECT = re.compile(r"\{.*\}", re.S)  # inside code fences / prose
 _JSON_ARRAY = re.compile(r"\[.*\]", re.S)
 MAX_ITEM_CHARS = 400
@@ -34,28 +30,19 @@ class RerankFailed(RuntimeError):
     pass
 
 
-@lru_cache(maxsize=4)
 def load_prompt(version: str = PROMPT_VERSION) -> tuple[str, str]:
     """(system, user) templates of ``infra/prompts/<name>_<vN>.md``."""
-    filename = version.replace("/", "_") + ".md"
-    try:
-        text = resources.files("engramdb.infra").joinpath("prompts", filename).read_text("utf-8")
-    except (FileNotFoundError, ModuleNotFoundError, NotADirectoryError):
-        text = (Path(__file__).resolve().parents[2] / "infra" / "prompts" / filename).read_text("utf-8")
-    parts = re.split(rf"^{re.escape(_SYSTEM_MARK)}$|^{re.escape(_USER_MARK)}$", text, flags=re.M)
-    if len(parts) != 3:
-        raise ValueError(f"prompt {filename} needs one {_SYSTEM_MARK!r} and one {_USER_MARK!r} line")
-    return parts[1].strip(), parts[2].strip()
+    prompt = _load_prompt(version)
+    return prompt.system, prompt.user
 
 
 def build_messages(query: str, items: Sequence[str]) -> list[dict[str, str]]:
-    system, user = load_prompt()
     lines = "\n".join(
         f"[{i}] " + " ".join(text.split())[:MAX_ITEM_CHARS] for i, text in enumerate(items, start=1)
     )
     values = {"query": " ".join(query.split()), "items": lines}
-    fill = lambda t: _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), t)  # noqa: E731
-    return [{"role": "system", "content": fill(system)}, {"role": "user", "content": fill(user)}]
+    system, user = _load_prompt(PROMPT_VERSION).render(values)
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
 def parse_scores(answer: str, n: int) -> list[float]:
@@ -102,24 +89,15 @@ class RerankOutcome:
 
 
 def call_with_timeout(llm: LLMProvider, messages: list[dict[str, str]], timeout: float) -> str:
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["answer"] = llm.complete(
-                messages, temperature=0, response_format={"type": "json_object"}, max_tokens=None
-            )
-        except BaseException as exc:  # reported to the caller, never raised on this thread
-            box["error"] = exc
-
-    worker = threading.Thread(target=run, name="engramdb-rerank", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if worker.is_alive():
-        raise TimeoutError(f"reranker exceeded {timeout:.2f}s")
-    if "error" in box:
-        raise box["error"]
-    return str(box.get("answer", ""))
+    """The reranker's provider call, bounded by ``timeout`` (``TimeoutError`` past it)."""
+    answer = _call_with_timeout(
+        lambda: llm.complete(
+            messages, temperature=0, response_format={"type": "json_object"}, max_tokens=None
+        ),
+        timeout,
+        name="engramdb-rerank",
+    )
+    return str(answer)
 
 
 def rerank(llm: LLMProvider, query: str, items: Sequence[str], timeout: float) -> RerankOutcome:
