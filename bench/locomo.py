@@ -185,6 +185,7 @@ class MemoEmbedder:
         self.inner = inner
         self.model_id = inner.model_id
         self.dimensions = inner.dimensions
+        self.similarity_floor = inner.similarity_floor
         self._passages: dict[str, list[float]] = {}
         self._queries: dict[str, list[float]] = {}
 

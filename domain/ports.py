@@ -37,10 +37,16 @@ class EmbeddingProvider(Protocol):
     per (model_id, text): two providers with the same ``model_id`` must give the same vectors.
     ``embed`` embeds passages (facts, messages); ``embed_query`` embeds a search query
     (e5-style models distinguish the two).
+
+    ``similarity_floor`` is the model's noise level: the raw cosine of unrelated query/passage
+    pairs (multilingual e5 ~0.75, MiniLM ~0.1). It belongs to the model, not to retrieval,
+    because a similarity threshold only means the same thing across models once cosine is
+    rescaled so that this floor is 0 (ADR 0003). Use 0.0 for a model never measured.
     """
 
     model_id: str
     dimensions: int
+    similarity_floor: float
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
 

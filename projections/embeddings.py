@@ -40,6 +40,7 @@ class CountingEmbedder:
         self.inner = inner
         self.model_id = inner.model_id
         self.dimensions = inner.dimensions
+        self.similarity_floor = inner.similarity_floor
         self.calls = 0
         self.texts = 0
 

@@ -57,7 +57,7 @@ class RetrieveConfig(BaseModel):
         ge=-1.0,
         lt=1.0,
         description="(engramdb) per-model noise floor; None = the embedder's own "
-        "(`similarity_floor` attribute / infra SIMILARITY_FLOOR)",
+        "(`EmbeddingProvider.similarity_floor`)",
     )
     min_score: float = Field(default=0.15, ge=0.0, le=1.0)
     # ranking

@@ -103,20 +103,12 @@ class Retriever:
     # ----- helpers ---------------------------------------------------------------------
 
     def similarity_floor(self, cfg: RetrieveConfig) -> float:
-        """Per-model noise floor: config → constructor → embedder attribute → infra table."""
+        """Per-model noise floor: config → constructor → the embedder's own (its port)."""
         if cfg.similarity_floor is not None:
             return cfg.similarity_floor
         if self._floor_override is not None:
             return self._floor_override
-        value = getattr(self.embedder, "similarity_floor", None)
-        if isinstance(value, int | float):
-            return float(value)
-        try:
-            from engramdb.infra.providers.calibration import similarity_floor
-
-            return similarity_floor(getattr(self.embedder, "model_id", ""))
-        except Exception:  # infra not importable in this deployment: no floor
-            return 0.0
+        return float(self.embedder.similarity_floor)
 
     def _embed(self, text: str) -> tuple[str, float]:
         start = time.perf_counter()
