@@ -70,8 +70,9 @@ async def test_lagging_projections_are_reported(fresh_schema, agent_id: str) -> 
         written = mem.write(agent_id, "I work at Vertix.", speaker="Ana")
         report = mem.health()  # nobody projects: the whole log is lag, but under the threshold
         assert report.ok and report.head == written.position
-        assert all(p.lag == written.position and p.running is None
-                   for p in report.projections.values())
+        assert all(
+            p.lag == written.position and p.running is None for p in report.projections.values()
+        )
 
         strict = mem.health(max_lag=0)
         assert not strict.ok

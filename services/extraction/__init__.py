@@ -16,7 +16,7 @@ Two implementations share the structural :class:`Extractor` protocol:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from engramdb.domain.extraction import Extraction, ExtractionInput, ExtractorInfo
 
@@ -38,6 +38,7 @@ class ExtractionOutcome:
     duration_ms: float = 0.0
 
 
+@runtime_checkable
 class Extractor(Protocol):
     """Structural interface of every extractor; injected into the write pipeline."""
 
