@@ -38,6 +38,7 @@ def strip_possessive(word: str) -> str:
 
 
 def is_portuguese(sentence: str) -> bool:
+    """Language guess by marker words. Unused by the extractor today; kept by the pure move."""
     words = [w.lower() for w in NAME_WORD_RE.findall(sentence)]
     pt = sum(w in PT_MARKERS for w in words) + sum(ch in "ãõçáéíóúâêô" for ch in sentence.lower())
     en = sum(w in EN_MARKERS for w in words)
