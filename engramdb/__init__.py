@@ -28,7 +28,7 @@ _EXPORTS: dict[str, str] = {
     "UnknownConfigKey": "engramdb.services.retrieve.config",
     "LLMProvider": "engramdb.domain.ports",
     "EmbeddingProvider": "engramdb.domain.ports",
-    "Extractor": "engramdb.services.extraction",
+    "Extractor": "engramdb.services.extraction.port",
     "DecisionRejected": "engramdb.domain.errors",
     "EmbeddingModelMismatch": "engramdb.projections.views",
     "ProviderError": "engramdb.infra.providers.errors",
@@ -54,7 +54,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from engramdb.infra.providers.errors import ProviderUnavailable as ProviderUnavailable
     from engramdb.infra.settings import Settings as Settings
     from engramdb.projections.views import EmbeddingModelMismatch as EmbeddingModelMismatch
-    from engramdb.services.extraction import Extractor as Extractor
+    from engramdb.services.extraction.port import Extractor as Extractor
     from engramdb.services.memory import Memory as Memory
     from engramdb.services.messages import ConversationMessage as ConversationMessage
     from engramdb.services.messages import InvalidMessage as InvalidMessage

@@ -9,6 +9,7 @@ every other test and only break an installed wheel. These tests close both doors
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
 import venv
@@ -97,11 +98,15 @@ def _site_packages(env_dir: Path) -> Path:
 
 def test_the_wheel_installs_engramdb_as_its_only_top_level_name(tmp_path: Path) -> None:
     wheel_dir = tmp_path / "wheel"
+    build_dir = REPO / "build"
+    leftover = not build_dir.exists()  # setuptools builds in-tree; remove what this test made
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheel_dir), str(REPO)],
         check=True,
         capture_output=True,
     )
+    if leftover:
+        shutil.rmtree(build_dir, ignore_errors=True)
     (wheel,) = wheel_dir.glob("engramdb-*.whl")
 
     env_dir = tmp_path / "venv"

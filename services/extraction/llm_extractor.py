@@ -40,7 +40,7 @@ from engramdb.domain.text import approx_tokens
 from engramdb.infra.llm_timeout import call_with_timeout
 from engramdb.infra.prompt_files import PromptTemplate
 from engramdb.infra.prompt_files import load_prompt as _load_prompt
-from engramdb.services.extraction import ExtractionOutcome
+from engramdb.services.extraction.port import ExtractionOutcome
 
 DEFAULT_PROMPT_VERSION = "extraction/v1"
 CONTEXT_TOKEN_BUDGET = 800

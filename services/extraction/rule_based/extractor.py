@@ -30,7 +30,7 @@ from engramdb.domain.text import (
     fold_case,
     is_greeting_sentence,
 )
-from engramdb.services.extraction import ExtractionOutcome
+from engramdb.services.extraction.port import ExtractionOutcome
 from engramdb.services.extraction.rule_based.grammar import (
     job_title,
     leading_name,
