@@ -23,17 +23,13 @@ import contextlib
 import importlib.util
 import logging
 import os
-import pwd
 import secrets
 import signal
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote
-
-import psutil
 
 from engramdb.infra.embedded_base import (
     ClientRegistry,
@@ -47,13 +43,19 @@ from engramdb.infra.embedded_base import (
     wait_until,
     write_json,
 )
+from engramdb.infra.embedded_pg_recovery import live_postmaster, recover_stale
+from engramdb.infra.embedded_pg_user import (
+    RunAs,
+    check_reachable_as,
+    prepare_dirs_as_root,
+    run_as_user,
+)
 
 log = logging.getLogger(__name__)
 
 PG_MAJOR = 18
 SUPERUSER = "postgres"
 DEFAULT_DBNAME = "postgres"
-DEFAULT_SYSTEM_USER = "engramdb"
 _SOCKET_PATH_MAX = 107  # sizeof(sun_path) - 1 on Linux
 
 
@@ -101,108 +103,11 @@ class PostgresHandle(ReleasableHandle):
         release_postgres(data_dir, token)
 
 
-# --------------------------------------------------------------------------- running as root
-
-
-@dataclass(frozen=True)
-class _RunAs:
-    name: str
-    uid: int
-    gid: int
-
-    def kwargs(self) -> dict[str, Any]:
-        return {"user": self.uid, "group": self.gid, "extra_groups": []}
-
-
-def _run_as(system_user: str | None) -> _RunAs | None:
-    """None when not root (postgres runs as us). As root: the dedicated user, created once."""
-    if os.geteuid() != 0:
-        return None
-    name = system_user or os.environ.get("ENGRAMDB_PG_SYSTEM_USER") or DEFAULT_SYSTEM_USER
-    try:
-        entry = pwd.getpwnam(name)
-    except KeyError:
-        log.warning("running as root: creating system user %r for embedded PostgreSQL", name)
-        try:
-            subprocess.run(
-                [
-                    "useradd",
-                    "--system",
-                    "--no-create-home",
-                    "--home-dir",
-                    "/nonexistent",
-                    "--shell",
-                    "/usr/sbin/nologin",
-                    "--user-group",
-                    name,
-                ],
-                check=True,
-                capture_output=True,
-                text=True,
-            )
-        except (OSError, subprocess.CalledProcessError) as exc:
-            detail = getattr(exc, "stderr", "") or str(exc)
-            raise EmbeddedServerError(
-                f"running as root, PostgreSQL needs a non-root user but `useradd {name}` failed "
-                f"({detail.strip()}). Create the user yourself, run engramdb as a non-root user, "
-                "or set ENGRAMDB_DATABASE_URL to an external server."
-            ) from exc
-        entry = pwd.getpwnam(name)
-    if entry.pw_uid == 0:
-        raise EmbeddedServerError(
-            f"system user {name!r} has uid 0; PostgreSQL refuses to run as root"
-        )
-    return _RunAs(name, entry.pw_uid, entry.pw_gid)
-
-
-def _can_access(run_as: _RunAs, path: Path, test_flag: str) -> bool:
-    """Ask the kernel (as ``run_as``, so ACLs count) whether ``test -<flag> path`` holds."""
-    result = subprocess.run(
-        ["test", f"-{test_flag}", str(path)], cwd="/", capture_output=True, **run_as.kwargs()
-    )
-    return result.returncode == 0
-
-
-def _check_reachable_as(run_as: _RunAs, data_dir: Path, bin_dir: Path) -> None:
-    """Fail early (before creating anything) if the server user could not reach its files."""
-    ancestor = data_dir.parent
-    while not ancestor.exists():
-        ancestor = ancestor.parent
-    if not _can_access(run_as, ancestor, "x"):
-        raise EmbeddedServerError(
-            f"running as root, embedded PostgreSQL runs as system user {run_as.name!r}, which "
-            f"cannot reach {data_dir} because a parent directory is not traversable (e.g. a "
-            "0700 home). engramdb will not chmod your parent folders. Fix one of: set "
-            "ENGRAMDB_DATA_DIR to a directory whose parents are world-traversable (e.g. "
-            f"/var/lib/engramdb); grant traverse only to that user (`setfacl -m u:{run_as.name}:x "
-            "<each parent>`); run engramdb as a non-root user; or set ENGRAMDB_DATABASE_URL."
-        )
-    if not _can_access(run_as, bin_dir / "postgres", "x"):
-        raise EmbeddedServerError(
-            f"system user {run_as.name!r} cannot execute {bin_dir / 'postgres'} (the Python "
-            "environment is not readable by other users). Install engramdb in a world-readable "
-            "environment, run as a non-root user, or set ENGRAMDB_DATABASE_URL."
-        )
-
-
-def _prepare_dirs_as_root(run_as: _RunAs, data_dir: Path, pgdata: Path) -> None:
-    # data_dir is engramdb's own directory: traverse (not list) permission for the server user.
-    mode = data_dir.stat().st_mode
-    if not mode & 0o001:
-        data_dir.chmod((mode & 0o7777) | 0o001)
-    pgdata.mkdir(mode=0o700, exist_ok=True)
-    st = pgdata.stat()
-    if st.st_uid != run_as.uid:
-        for path in [pgdata, *pgdata.rglob("*")]:
-            os.lchown(path, run_as.uid, run_as.gid)
-    pgdata.chmod(0o700)
-
-
 # --------------------------------------------------------------------------- pg_ctl plumbing
 
 
 def _pg(
-    bin_dir: Path, cmd: str, args: list[str], run_as: _RunAs | None, timeout: float = 120.0
+    bin_dir: Path, cmd: str, args: list[str], run_as: RunAs | None, timeout: float = 120.0
 ) -> str:
     """Run a bundled binary. Output goes to temp files, not pipes: the postmaster inherits
     pg_ctl's fds and would keep a pipe open forever."""
@@ -227,7 +132,7 @@ def _pg(
 
 
 def _initdb(
-    bin_dir: Path, pgdata: Path, password: str, run_as: _RunAs | None, fast_unsafe: bool
+    bin_dir: Path, pgdata: Path, password: str, run_as: RunAs | None, fast_unsafe: bool
 ) -> None:
     fd, pwfile = tempfile.mkstemp(prefix="engramdb-pw-")
     try:
@@ -266,67 +171,6 @@ def _socket_dir_for(pgdata: Path, port: int) -> Path | None:
     return pgdata
 
 
-def _postgres_procs(pgdata: Path) -> list[psutil.Process]:
-    """Processes of a server on ``pgdata``: every postgres process chdirs into its data dir."""
-    found = []
-    for proc in psutil.process_iter(["name"]):
-        try:
-            if proc.info["name"] == "postgres" and Path(proc.cwd()) == pgdata:
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return found
-
-
-def _read_postmaster_pid(pgdata: Path) -> tuple[int, int] | None:
-    try:
-        lines = (pgdata / "postmaster.pid").read_text().splitlines()
-        return int(lines[0]), int(lines[3])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _live_postmaster(pgdata: Path) -> tuple[int, int] | None:
-    """(pid, port) if postmaster.pid names a running postmaster of this pgdata, else None."""
-    info = _read_postmaster_pid(pgdata)
-    if info is None:
-        return None
-    pid, port = info
-    if not process_alive(pid):
-        return None
-    try:
-        proc = psutil.Process(pid)
-        if proc.name() != "postgres" or Path(proc.cwd()) != pgdata:
-            return None  # pid recycled by an unrelated process
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return None
-    return pid, port
-
-
-def _recover_stale(pgdata: Path) -> None:
-    """Clear what a killed server left behind so ``pg_ctl start`` does not refuse."""
-    # Orphaned backends of a killed postmaster would keep its shared memory "in use".
-    # (psutil.wait_procs would wait out zombies that only init can reap, so poll instead.)
-    orphans = [p for p in _postgres_procs(pgdata) if process_alive(p.pid)]
-    for proc in orphans:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            proc.terminate()
-    if not wait_until(lambda: not any(process_alive(p.pid) for p in orphans), 5):
-        for proc in orphans:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                proc.kill()
-        wait_until(lambda: not any(process_alive(p.pid) for p in orphans), 5)
-    # Socket lock files name the dead postmaster; if init has not reaped it yet (or never
-    # does, e.g. a container without an init) its zombie pid still "exists" to postgres.
-    for leftover in pgdata.glob(".s.PGSQL.*"):
-        with contextlib.suppress(FileNotFoundError):
-            leftover.unlink()
-    pidfile = pgdata / "postmaster.pid"
-    if pidfile.exists():
-        log.warning("removing stale %s (server was not shut down cleanly)", pidfile)
-        pidfile.unlink()
-
-
 def _can_connect(url: str) -> bool:
     import psycopg
 
@@ -339,7 +183,7 @@ def _can_connect(url: str) -> bool:
 
 
 def _start(
-    bin_dir: Path, pgdata: Path, port: int, run_as: _RunAs | None, fast_unsafe: bool
+    bin_dir: Path, pgdata: Path, port: int, run_as: RunAs | None, fast_unsafe: bool
 ) -> Path | None:
     socket_dir = _socket_dir_for(pgdata, port)
     opts = [
@@ -378,12 +222,12 @@ def _start(
 
 def _stop_server(data_dir: Path) -> None:
     pgdata = data_dir / "pg"
-    live = _live_postmaster(pgdata)
+    live = live_postmaster(pgdata)
     if live is None:
         return
     pid = live[0]
     state = read_json(run_dir(data_dir) / "postgres.json")
-    run_as = _run_as(state.get("system_user")) if os.geteuid() == 0 else None
+    run_as = run_as_user(state.get("system_user")) if os.geteuid() == 0 else None
     try:
         _pg(
             pg_bin_dir(),
@@ -419,15 +263,15 @@ def ensure_postgres(
     """
     data_dir = Path(data_dir).expanduser().resolve()
     bin_dir = pg_bin_dir()
-    run_as = _run_as(system_user)
+    run_as = run_as_user(system_user)
     if run_as:
-        _check_reachable_as(run_as, data_dir, bin_dir)
+        check_reachable_as(run_as, data_dir, bin_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     runs = run_dir(data_dir)
     pgdata = data_dir / "pg"
     with file_lock(runs / "postgres.lock"):
         if run_as:
-            _prepare_dirs_as_root(run_as, data_dir, pgdata)
+            prepare_dirs_as_root(run_as, data_dir, pgdata)
         else:
             pgdata.mkdir(mode=0o700, exist_ok=True)
         state_path = runs / "postgres.json"
@@ -435,7 +279,7 @@ def ensure_postgres(
         registry = ClientRegistry(runs / "postgres-clients")
 
         if not (pgdata / "PG_VERSION").exists():
-            _recover_stale(pgdata)
+            recover_stale(pgdata)
             state = {"password": secrets.token_urlsafe(24)}
             _initdb(bin_dir, pgdata, state["password"], run_as, fast_unsafe)
         elif "password" not in state:
@@ -449,14 +293,14 @@ def ensure_postgres(
                     f"{pgdata} holds a PostgreSQL {version} cluster; engramdb embeds {PG_MAJOR}"
                 )
 
-        live = _live_postmaster(pgdata)
+        live = live_postmaster(pgdata)
         started = live is None
         if live is None:
             registry.clear()  # tokens referred to a server that is gone
-            _recover_stale(pgdata)
+            recover_stale(pgdata)
             port = pick_port(state.get("port"))
             socket_dir = _start(bin_dir, pgdata, port, run_as, fast_unsafe)
-            live = _live_postmaster(pgdata)
+            live = live_postmaster(pgdata)
             if live is None:
                 raise EmbeddedServerError(
                     f"PostgreSQL did not come up; see {pgdata / 'server.log'}"
@@ -503,5 +347,5 @@ def release_postgres(data_dir: Path, token: Path) -> None:
 
 def postgres_running(data_dir: Path | str) -> int | None:
     """Pid of the running embedded postmaster for ``data_dir``, or None."""
-    live = _live_postmaster(Path(data_dir).expanduser().resolve() / "pg")
+    live = live_postmaster(Path(data_dir).expanduser().resolve() / "pg")
     return live[0] if live else None

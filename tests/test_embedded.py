@@ -82,8 +82,8 @@ def test_second_process_reuses_running_servers(data_dir: Path) -> None:
     pg = ensure_postgres(data_dir, fast_unsafe=True)
     nc = ensure_nats(data_dir)
     child = (
-        "import sys; from infra.embedded_postgres import ensure_postgres;"
-        "from infra.embedded_nats import ensure_nats;"
+        "import sys; from engramdb.infra.embedded_postgres import ensure_postgres;"
+        "from engramdb.infra.embedded_nats import ensure_nats;"
         f"p = ensure_postgres({str(data_dir)!r}); n = ensure_nats({str(data_dir)!r});"
         "print(p.pid, p.started, n.pid, n.started)"
     )
