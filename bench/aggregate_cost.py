@@ -20,12 +20,12 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import psycopg
 from psycopg import sql
 
 from engramdb.domain.aggregate import MessageRecord
+from engramdb.domain.payloads import FactPayload
 from engramdb.infra.database import ensure_extensions, es_env_from_url, resolve_database
 from engramdb.infra.settings import Settings
 from engramdb.services.app import MemoryApplication
@@ -49,21 +49,21 @@ def bench_schema(prefix: str) -> Iterator[tuple[str, dict[str, str]]]:
             conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
 
 
-def fact(fid: str, i: int, msg: str) -> dict[str, Any]:
-    return {
-        "fact_id": fid,
-        "entity_key": "person:user",
-        "linked_entities": [],
-        "attribute_key": None,
-        "text": f"the user said thing number {i}",
-        "category": "general",
-        "confidence": 0.8,
-        "importance": 0.5,
-        "source_message_id": msg,
-        "speaker": "user",
-        "valid_from": T0 + timedelta(seconds=i),
-        "decided_by": BY,
-    }
+def fact(fid: str, i: int, msg: str) -> FactPayload:
+    return FactPayload(
+        fact_id=fid,
+        entity_key="person:user",
+        linked_entities=[],
+        attribute_key=None,
+        text=f"the user said thing number {i}",
+        category="general",
+        confidence=0.8,
+        importance=0.5,
+        source_message_id=msg,
+        speaker="user",
+        valid_from=T0 + timedelta(seconds=i),
+        decided_by=BY,
+    )
 
 
 def grow(app: MemoryApplication, agent: str, facts: int, batch: int = 1000) -> None:

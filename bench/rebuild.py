@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 
 from bench.aggregate_cost import BY, bench_schema
 from engramdb.domain.aggregate import MessageRecord
+from engramdb.domain.payloads import FactPayload
 from engramdb.infra.providers.scripted import HashEmbedder
 from engramdb.projections.embeddings import CountingEmbedder
 from engramdb.projections.rebuild import RebuildReport, rebuild
@@ -49,20 +50,20 @@ def generate(app: MemoryApplication, facts: int, agents: int, batch: int) -> int
             for i in range(start, min(per_agent, start + batch)):
                 k += 1
                 mem.add_fact(
-                    {
-                        "fact_id": f"f{i}",
-                        "entity_key": "person:user",
-                        "linked_entities": [],
-                        "attribute_key": None,
-                        "text": f"fact {k} of agent {a}: likes item {i}",
-                        "category": "general",
-                        "confidence": 0.8,
-                        "importance": 0.5,
-                        "source_message_id": msg,
-                        "speaker": "user",
-                        "valid_from": T0 + timedelta(seconds=i),
-                        "decided_by": BY,
-                    }
+                    FactPayload(
+                        fact_id=f"f{i}",
+                        entity_key="person:user",
+                        linked_entities=[],
+                        attribute_key=None,
+                        text=f"fact {k} of agent {a}: likes item {i}",
+                        category="general",
+                        confidence=0.8,
+                        importance=0.5,
+                        source_message_id=msg,
+                        speaker="user",
+                        valid_from=T0 + timedelta(seconds=i),
+                        decided_by=BY,
+                    )
                 )
             app.save(mem, rec)
     return k

@@ -9,18 +9,28 @@ because it is loaded for every message; everything else lives in the read models
 ``MessageRecord`` is one aggregate per (agent, message id). It is created with the
 ``Recorded`` event, so a second delivery of the same message collides on version 1 and
 becomes a no-op; it also keeps what the extractor answered, so no LLM output is lost.
+
+Events are declared as classes so their attributes are typed for every reader (folds,
+projectors, audit). Their stored form is what it was when eventsourcing derived them from the
+decorated methods: same topics (``<module>:<Aggregate>.<Event>``), same field names in the
+same order — ``tests/test_event_format.py`` pins both. Events written before the code moved
+into the ``engramdb`` package carry topics under ``domain.aggregate``; ``LEGACY_MODULE_TOPIC``
+is registered so they still resolve to these classes (ADR-0007).
 """
 
 from __future__ import annotations
 
+import sys
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 from eventsourcing.domain import Aggregate, event
+from eventsourcing.utils import register_topic
 
 from engramdb.domain.errors import DecisionRejected
 from engramdb.domain.keys import agent_aggregate_id, fact_fingerprint, fold, message_record_id
+from engramdb.domain.payloads import FactPayload
 
 # Index positions inside an active-fact entry; lists (not tuples) survive JSON snapshots.
 _ENTITY, _ATTRIBUTE, _FINGERPRINT = 0, 1, 2
@@ -29,11 +39,77 @@ _ENTITY, _ATTRIBUTE, _FINGERPRINT = 0, 1, 2
 class AgentMemory(Aggregate):
     """All memory decisions of one agent. Command methods validate, then emit one event."""
 
+    # ----- events (field order = stored order; see the module doc) -----------------------
+
+    class Opened(Aggregate.Created):
+        agent_id: str
+
+    class EntityRegistered(Aggregate.Event):
+        entity_key: str
+        display_name: str
+        entity_type: str
+        aliases: list[str]
+        message_id: str | None
+        decided_by: dict[str, Any]
+
+    class EntityAliased(Aggregate.Event):
+        entity_key: str
+        alias: str
+        message_id: str | None
+
+    class EntitiesMerged(Aggregate.Event):
+        merged_key: str
+        into_key: str
+        message_id: str | None
+        reason: str
+
+    class RelationshipObserved(Aggregate.Event):
+        source_key: str
+        target_key: str
+        relation_type: str
+        message_id: str | None
+        observed_at: datetime
+
+    class FactAdded(FactPayload, Aggregate.Event):
+        """ADD: the event's fields are the ``FactPayload``."""
+
+        def apply(self, aggregate: AgentMemory) -> None:
+            aggregate._activate(self)
+
+    class _Supersedes(Aggregate.Event):
+        """Declares ``supersedes_fact_id`` ahead of the payload fields (the stored order)."""
+
+        supersedes_fact_id: str
+
+    class FactUpdated(FactPayload, _Supersedes):
+        """UPDATE: ``supersedes_fact_id`` plus the new fact's ``FactPayload``."""
+
+        def apply(self, aggregate: AgentMemory) -> None:
+            aggregate._deactivate(self.supersedes_fact_id)
+            aggregate._activate(self)
+
+    class FactConfirmed(Aggregate.Event):
+        fact_id: str
+        message_id: str | None
+        confirmed_at: datetime
+
+    class FactRetracted(Aggregate.Event):
+        fact_id: str
+        message_id: str | None
+        retracted_at: datetime
+        reason: str
+        decided_by: dict[str, Any]
+
+    class DecisionRejected(Aggregate.Event):
+        message_id: str | None
+        decision: dict[str, Any]
+        reason: str
+
     @staticmethod
     def create_id(agent_id: str) -> UUID:  # type: ignore[override]
         return agent_aggregate_id(agent_id)
 
-    @event("Opened")
+    @event(Opened)
     def __init__(self, agent_id: str) -> None:
         self.agent_id = agent_id
         # fact_id -> [entity_key, attribute_key | None, fingerprint]
@@ -99,7 +175,7 @@ class AgentMemory(Aggregate):
             decided_by=decided_by,
         )
 
-    @event("EntityRegistered")
+    @event(EntityRegistered)
     def _entity_registered(
         self,
         entity_key: str,
@@ -123,7 +199,7 @@ class AgentMemory(Aggregate):
             return  # already known: nothing to decide
         self._entity_aliased(entity_key=entity_key, alias=alias.strip(), message_id=message_id)
 
-    @event("EntityAliased")
+    @event(EntityAliased)
     def _entity_aliased(self, entity_key: str, alias: str, message_id: str | None) -> None:
         self.aliases[fold(alias)] = entity_key
 
@@ -138,7 +214,7 @@ class AgentMemory(Aggregate):
             merged_key=merged_key, into_key=into_key, message_id=message_id, reason=reason
         )
 
-    @event("EntitiesMerged")
+    @event(EntitiesMerged)
     def _entities_merged(
         self, merged_key: str, into_key: str, message_id: str | None, reason: str
     ) -> None:
@@ -176,7 +252,7 @@ class AgentMemory(Aggregate):
             observed_at=observed_at,
         )
 
-    @event("RelationshipObserved")
+    @event(RelationshipObserved)
     def _relationship_observed(
         self,
         source_key: str,
@@ -189,70 +265,30 @@ class AgentMemory(Aggregate):
 
     # ----- fact commands -----------------------------------------------------------------
 
-    def _check_new_fact(self, fact_id: str, entity_key: str, linked: list[str], text: str) -> None:
-        if fact_id in self.active_facts:
-            raise DecisionRejected(f"fact id {fact_id!r} already exists")
-        if not text.strip():
+    def _check_new_fact(self, fact: FactPayload) -> None:
+        if fact.fact_id in self.active_facts:
+            raise DecisionRejected(f"fact id {fact.fact_id!r} already exists")
+        if not fact.text.strip():
             raise DecisionRejected("fact text is empty")
-        for key in [entity_key, *linked]:
+        for key in [fact.entity_key, *fact.linked_entities]:
             if key not in self.entities:
                 raise DecisionRejected(f"fact names unknown entity {key!r}")
 
-    def add_fact(self, fact: dict[str, Any]) -> None:
-        """ADD. ``fact`` holds the fields of ``FactAdded`` (built by ``domain.decisions``)."""
-        self._check_new_fact(
-            fact["fact_id"], fact["entity_key"], fact["linked_entities"], fact["text"]
-        )
-        self._fact_added(**fact)
+    def add_fact(self, fact: FactPayload) -> None:
+        """ADD. ``fact`` is built by ``domain.decisions``."""
+        self._check_new_fact(fact)
+        self.trigger_event(self.FactAdded, **fact.payload_fields())
 
-    @event("FactAdded")
-    def _fact_added(
-        self,
-        fact_id: str,
-        entity_key: str,
-        linked_entities: list[str],
-        attribute_key: str | None,
-        text: str,
-        category: str,
-        confidence: float,
-        importance: float,
-        source_message_id: str | None,
-        speaker: str | None,
-        valid_from: datetime,
-        decided_by: dict[str, Any],
-    ) -> None:
-        self._activate(fact_id, entity_key, attribute_key, text)
-
-    def update_fact(self, supersedes_fact_id: str, fact: dict[str, Any]) -> None:
+    def update_fact(self, supersedes_fact_id: str, fact: FactPayload) -> None:
         """UPDATE: the new fact supersedes an active fact of this agent."""
         if supersedes_fact_id not in self.active_facts:
             raise DecisionRejected(
                 f"UPDATE targets {supersedes_fact_id!r}, which is not an active fact of this agent"
             )
-        self._check_new_fact(
-            fact["fact_id"], fact["entity_key"], fact["linked_entities"], fact["text"]
+        self._check_new_fact(fact)
+        self.trigger_event(
+            self.FactUpdated, supersedes_fact_id=supersedes_fact_id, **fact.payload_fields()
         )
-        self._fact_updated(supersedes_fact_id=supersedes_fact_id, **fact)
-
-    @event("FactUpdated")
-    def _fact_updated(
-        self,
-        supersedes_fact_id: str,
-        fact_id: str,
-        entity_key: str,
-        linked_entities: list[str],
-        attribute_key: str | None,
-        text: str,
-        category: str,
-        confidence: float,
-        importance: float,
-        source_message_id: str | None,
-        speaker: str | None,
-        valid_from: datetime,
-        decided_by: dict[str, Any],
-    ) -> None:
-        self._deactivate(supersedes_fact_id)
-        self._activate(fact_id, entity_key, attribute_key, text)
 
     def confirm_fact(self, fact_id: str, message_id: str | None, confirmed_at: datetime) -> None:
         """NOOP: the fact is already known; the repetition reinforces it."""
@@ -260,7 +296,7 @@ class AgentMemory(Aggregate):
             raise DecisionRejected(f"NOOP targets {fact_id!r}, which is not an active fact")
         self._fact_confirmed(fact_id=fact_id, message_id=message_id, confirmed_at=confirmed_at)
 
-    @event("FactConfirmed")
+    @event(FactConfirmed)
     def _fact_confirmed(self, fact_id: str, message_id: str | None, confirmed_at: datetime) -> None:
         pass
 
@@ -283,7 +319,7 @@ class AgentMemory(Aggregate):
             decided_by=decided_by,
         )
 
-    @event("FactRetracted")
+    @event(FactRetracted)
     def _fact_retracted(
         self,
         fact_id: str,
@@ -298,7 +334,7 @@ class AgentMemory(Aggregate):
         """Record a refused decision so an audit shows what the extractor proposed and why not."""
         self._decision_rejected(message_id=message_id, decision=decision, reason=reason)
 
-    @event("DecisionRejected")
+    @event(DecisionRejected)
     def _decision_rejected(
         self, message_id: str | None, decision: dict[str, Any], reason: str
     ) -> None:
@@ -306,12 +342,10 @@ class AgentMemory(Aggregate):
 
     # ----- state helpers -------------------------------------------------------------------
 
-    def _activate(
-        self, fact_id: str, entity_key: str, attribute_key: str | None, text: str
-    ) -> None:
-        fingerprint = fact_fingerprint(entity_key, text)
-        self.active_facts[fact_id] = [entity_key, attribute_key, fingerprint]
-        self.fingerprints[fingerprint] = fact_id
+    def _activate(self, fact: FactPayload) -> None:
+        fingerprint = fact_fingerprint(fact.entity_key, fact.text)
+        self.active_facts[fact.fact_id] = [fact.entity_key, fact.attribute_key, fingerprint]
+        self.fingerprints[fingerprint] = fact.fact_id
 
     def _deactivate(self, fact_id: str) -> None:
         entry = self.active_facts.pop(fact_id, None)
@@ -322,11 +356,28 @@ class AgentMemory(Aggregate):
 class MessageRecord(Aggregate):
     """One conversation turn, recorded before anything else can fail, and its processing."""
 
+    class Recorded(Aggregate.Created):
+        agent_id: str
+        message_id: str
+        session_id: str | None
+        speaker: str | None
+        text: str
+        occurred_at: datetime
+        metadata: dict[str, Any]
+
+    class Processed(Aggregate.Event):
+        extractor: dict[str, Any]
+        extraction: dict[str, Any]
+        raw_output: str | None
+        error: str | None
+        llm_calls: int
+        decisions: dict[str, int]
+
     @staticmethod
     def create_id(agent_id: str, message_id: str, **_: Any) -> UUID:  # type: ignore[override]
         return message_record_id(agent_id, message_id)
 
-    @event("Recorded")
+    @event(Recorded)
     def __init__(
         self,
         agent_id: str,
@@ -367,7 +418,7 @@ class MessageRecord(Aggregate):
             decisions=decisions,
         )
 
-    @event("Processed")
+    @event(Processed)
     def _processed(
         self,
         extractor: dict[str, Any],
@@ -379,3 +430,10 @@ class MessageRecord(Aggregate):
     ) -> None:
         self.processed = True
         self.extraction = extraction
+
+
+# Topics of events stored before ADR-0007 name the module ``domain.aggregate``; eventsourcing
+# resolves a topic's module through this cache before importing anything, so old events (and
+# snapshots, and ``originator_topic`` of created events) load as instances of these classes.
+LEGACY_MODULE_TOPIC = "domain.aggregate"
+register_topic(LEGACY_MODULE_TOPIC, sys.modules[__name__])

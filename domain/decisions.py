@@ -25,6 +25,7 @@ from engramdb.domain.aggregate import AgentMemory
 from engramdb.domain.errors import DecisionRejected
 from engramdb.domain.extraction import ExtractedFact, Extraction
 from engramdb.domain.keys import fact_fingerprint, fold, new_fact_id
+from engramdb.domain.payloads import FactPayload
 from engramdb.domain.resolution import Resolution
 
 DecisionKind = Literal[
@@ -178,20 +179,20 @@ def _decide_fact(
         return
 
     new_id = new_fact_id(ctx.agent_id, ctx.message_id, ordinal)
-    new_fact: dict[str, Any] = {
-        "fact_id": new_id,
-        "entity_key": entity,
-        "linked_entities": linked,
-        "attribute_key": fact.attribute_key,
-        "text": fact.text.strip(),
-        "category": fact.category,
-        "confidence": fact.confidence,
-        "importance": DEFAULT_IMPORTANCE,
-        "source_message_id": ctx.message_id,
-        "speaker": ctx.speaker,
-        "valid_from": ctx.occurred_at,
-        "decided_by": ctx.decided_by,
-    }
+    new_fact = FactPayload(
+        fact_id=new_id,
+        entity_key=entity,
+        linked_entities=linked,
+        attribute_key=fact.attribute_key,
+        text=fact.text.strip(),
+        category=fact.category,
+        confidence=fact.confidence,
+        importance=DEFAULT_IMPORTANCE,
+        source_message_id=ctx.message_id,
+        speaker=ctx.speaker,
+        valid_from=ctx.occurred_at,
+        decided_by=ctx.decided_by,
+    )
     target = fact.target_fact_id if fact.action == "UPDATE" else None
     if target is not None and not memory.is_active(target):
         _reject(

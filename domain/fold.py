@@ -25,13 +25,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import singledispatchmethod
 from typing import Any, Literal
 from uuid import UUID
 
 from engramdb.domain.aggregate import AgentMemory
+from engramdb.domain.payloads import FactPayload
 
 AsOfAxis = Literal["both", "valid", "transaction"]
-_OPENED: type = AgentMemory.Opened  # type: ignore[attr-defined]
 
 
 @dataclass
@@ -81,36 +82,45 @@ def _later(a: datetime | None, b: datetime | None) -> datetime | None:
 
 
 class FactFold:
-    """Incremental fold over the events of any number of agents; rows keyed (agent, fact)."""
+    """Incremental fold over the events of any number of agents; rows keyed (agent, fact).
+
+    Handlers are registered per event class (``functools.singledispatchmethod``, the style
+    eventsourcing documents for projections): an event type without one is ignored.
+    """
 
     def __init__(self, agent_id: str | None = None) -> None:
         self.default_agent_id = agent_id
         self.agents: dict[UUID, str] = {}
         self.rows: dict[tuple[str, str], FactRow] = {}
 
-    def agent_of(self, event: Any) -> str:
+    def agent_of(self, event: AgentMemory.Event) -> str:
         agent = self.agents.get(event.originator_id, self.default_agent_id)
         if agent is None:
             raise KeyError(f"no Opened event seen for aggregate {event.originator_id}")
         return agent
 
-    def apply(self, event: Any) -> None:
-        if isinstance(event, AgentMemory.Opened):  # type: ignore[attr-defined]
-            self.agents[event.originator_id] = event.agent_id  # type: ignore[attr-defined]
-            return
-        name = type(event).__name__
-        handler = getattr(self, f"_on_{name}", None)
-        if handler is not None and isinstance(event, AgentMemory.Event):
-            handler(self.agent_of(event), event)
+    def apply(self, event: object) -> None:
+        self._on(event)
 
-    def apply_all(self, events: Iterable[Any]) -> FactFold:
+    def apply_all(self, events: Iterable[object]) -> FactFold:
         for event in events:
             self.apply(event)
         return self
 
     # ----- handlers ------------------------------------------------------------------
 
-    def _new_row(self, agent: str, e: Any, supersedes: str | None) -> FactRow:
+    @singledispatchmethod
+    def _on(self, event: object) -> None:
+        """Events that do not touch facts."""
+
+    @_on.register
+    def _opened(self, e: AgentMemory.Opened) -> None:
+        self.agents[e.originator_id] = e.agent_id
+
+    def _new_row(
+        self, agent: str, e: FactPayload, recorded_at: datetime, version: int,
+        supersedes: str | None,
+    ) -> FactRow:
         return FactRow(
             agent_id=agent,
             fact_id=e.fact_id,
@@ -121,19 +131,25 @@ class FactFold:
             confidence=float(e.confidence),
             importance=float(e.importance),
             valid_from=e.valid_from,
-            recorded_at=e.timestamp,
+            recorded_at=recorded_at,
             speaker=e.speaker,
             decided_by=dict(e.decided_by or {}),
             source_message_id=e.source_message_id,
             source_message_ids=[e.source_message_id] if e.source_message_id else [],
             supersedes_fact_id=supersedes,
-            event_versions=[e.originator_version],
+            event_versions=[version],
         )
 
-    def _on_FactAdded(self, agent: str, e: Any) -> None:  # noqa: N802
-        self.rows[(agent, e.fact_id)] = self._new_row(agent, e, None)
+    @_on.register
+    def _fact_added(self, e: AgentMemory.FactAdded) -> None:
+        agent = self.agent_of(e)
+        self.rows[(agent, e.fact_id)] = self._new_row(
+            agent, e, e.timestamp, e.originator_version, None
+        )
 
-    def _on_FactUpdated(self, agent: str, e: Any) -> None:  # noqa: N802
+    @_on.register
+    def _fact_updated(self, e: AgentMemory.FactUpdated) -> None:
+        agent = self.agent_of(e)
         old = self.rows.get((agent, e.supersedes_fact_id))
         if old is not None:
             old.status = "superseded"
@@ -141,10 +157,13 @@ class FactFold:
             old.valid_to = e.valid_from
             old.invalidated_at = e.timestamp
             old.event_versions.append(e.originator_version)
-        self.rows[(agent, e.fact_id)] = self._new_row(agent, e, e.supersedes_fact_id)
+        self.rows[(agent, e.fact_id)] = self._new_row(
+            agent, e, e.timestamp, e.originator_version, e.supersedes_fact_id
+        )
 
-    def _on_FactConfirmed(self, agent: str, e: Any) -> None:  # noqa: N802
-        row = self.rows.get((agent, e.fact_id))
+    @_on.register
+    def _fact_confirmed(self, e: AgentMemory.FactConfirmed) -> None:
+        row = self.rows.get((self.agent_of(e), e.fact_id))
         if row is None:
             return
         row.reinforcement_count += 1
@@ -153,8 +172,9 @@ class FactFold:
             row.source_message_ids.append(e.message_id)
         row.event_versions.append(e.originator_version)
 
-    def _on_FactRetracted(self, agent: str, e: Any) -> None:  # noqa: N802
-        row = self.rows.get((agent, e.fact_id))
+    @_on.register
+    def _fact_retracted(self, e: AgentMemory.FactRetracted) -> None:
+        row = self.rows.get((self.agent_of(e), e.fact_id))
         if row is None:
             return
         row.status = "retracted"
@@ -162,7 +182,9 @@ class FactFold:
         row.invalidated_at = e.timestamp
         row.event_versions.append(e.originator_version)
 
-    def _on_EntitiesMerged(self, agent: str, e: Any) -> None:  # noqa: N802
+    @_on.register
+    def _entities_merged(self, e: AgentMemory.EntitiesMerged) -> None:
+        agent = self.agent_of(e)
         for (row_agent, _), row in self.rows.items():
             if row_agent == agent and row.entity_key == e.merged_key:
                 row.entity_key = e.into_key
@@ -189,7 +211,7 @@ def facts_as_of(
     """
     events = list(events)
     if axis in ("both", "transaction"):
-        events = [e for e in events if e.timestamp <= t or isinstance(e, _OPENED)]
+        events = [e for e in events if e.timestamp <= t or isinstance(e, AgentMemory.Opened)]
     rows = fold_facts(events, agent_id).values()
     out: list[FactRow] = []
     for row in rows:

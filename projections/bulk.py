@@ -59,7 +59,7 @@ class ConversationFold:
         self.messages: dict[UUID, dict[str, Any]] = {}
 
     def apply(self, e: Any) -> None:
-        if isinstance(e, MessageRecord.Recorded):  # type: ignore[attr-defined]
+        if isinstance(e, MessageRecord.Recorded):
             self.messages[e.originator_id] = {
                 "agent_id": e.agent_id, "message_id": e.message_id, "session_id": e.session_id,
                 "speaker": e.speaker, "text": e.text, "occurred_at": e.occurred_at,
@@ -67,7 +67,7 @@ class ConversationFold:
                 "extractor": None, "llm_calls": 0, "extraction_error": None,
                 "record_id": e.originator_id,
             }
-        elif isinstance(e, MessageRecord.Processed):  # type: ignore[attr-defined]
+        elif isinstance(e, MessageRecord.Processed):
             row = self.messages.get(e.originator_id)
             if row is not None:
                 row.update(
@@ -102,7 +102,7 @@ class MemoryFold:
         if not isinstance(e, AgentMemory.Event):
             return
         self.facts.apply(e)
-        if isinstance(e, AgentMemory.Opened):  # type: ignore[attr-defined]
+        if isinstance(e, AgentMemory.Opened):
             self.opened.setdefault(e.originator_id, e.timestamp)
             return
         handler = getattr(self, f"_on_{type(e).__name__}", None)

@@ -212,12 +212,12 @@ class ConversationView(ReadModelView):
     def __init__(self, datastore: Any, **kwargs: Any) -> None:
         super().__init__(datastore, **kwargs)
         self._handlers = {
-            MessageRecord.Recorded: self._recorded,  # type: ignore[attr-defined]
-            MessageRecord.Processed: self._processed,  # type: ignore[attr-defined]
+            MessageRecord.Recorded: self._recorded,
+            MessageRecord.Processed: self._processed,
         }
 
     def texts_to_embed(self, event: Any) -> list[str]:
-        return [event.text] if isinstance(event, MessageRecord.Recorded) else []  # type: ignore[attr-defined]
+        return [event.text] if isinstance(event, MessageRecord.Recorded) else []
 
     def _recorded(self, curs: Any, e: Any) -> None:
         params = {
@@ -269,21 +269,21 @@ class MemoryView(ReadModelView):
         self._agents: dict[UUID, str] = {}
         A = AgentMemory  # noqa: N806
         self._handlers = {
-            A.Opened: self._opened,  # type: ignore[attr-defined]
-            A.EntityRegistered: self._entity_registered,  # type: ignore[attr-defined]
-            A.EntityAliased: self._entity_aliased,  # type: ignore[attr-defined]
-            A.EntitiesMerged: self._entities_merged,  # type: ignore[attr-defined]
-            A.RelationshipObserved: self._relationship_observed,  # type: ignore[attr-defined]
-            A.FactAdded: self._fact_added,  # type: ignore[attr-defined]
-            A.FactUpdated: self._fact_updated,  # type: ignore[attr-defined]
-            A.FactConfirmed: self._fact_confirmed,  # type: ignore[attr-defined]
-            A.FactRetracted: self._fact_retracted,  # type: ignore[attr-defined]
-            A.DecisionRejected: self._decision_rejected,  # type: ignore[attr-defined]
+            A.Opened: self._opened,
+            A.EntityRegistered: self._entity_registered,
+            A.EntityAliased: self._entity_aliased,
+            A.EntitiesMerged: self._entities_merged,
+            A.RelationshipObserved: self._relationship_observed,
+            A.FactAdded: self._fact_added,
+            A.FactUpdated: self._fact_updated,
+            A.FactConfirmed: self._fact_confirmed,
+            A.FactRetracted: self._fact_retracted,
+            A.DecisionRejected: self._decision_rejected,
         }
 
     def texts_to_embed(self, event: Any) -> list[str]:
         text = getattr(event, "text", None)
-        if isinstance(event, (AgentMemory.FactAdded, AgentMemory.FactUpdated)):  # type: ignore[attr-defined]
+        if isinstance(event, (AgentMemory.FactAdded, AgentMemory.FactUpdated)):
             return [text] if text else []
         return []
 

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from engramdb.domain.aggregate import MessageRecord
+from engramdb.domain.payloads import FactPayload
 from engramdb.infra.providers.scripted import HashEmbedder
 from engramdb.projections.runner import ProjectionSet
 from engramdb.services.app import MemoryApplication
@@ -25,13 +26,13 @@ T0 = datetime(2024, 1, 10, 8, 0, tzinfo=UTC)
 BY = {"extractor": "llm", "model": "m", "prompt_version": "v1"}
 
 
-def fact(fid: str, text: str, at: datetime, msg: str) -> dict[str, Any]:
-    return {
-        "fact_id": fid, "entity_key": "person:ana", "linked_entities": [],
-        "attribute_key": "residence", "text": text, "category": "general", "confidence": 0.95,
-        "importance": 0.5, "source_message_id": msg, "speaker": "Ana", "valid_from": at,
-        "decided_by": BY,
-    }
+def fact(fid: str, text: str, at: datetime, msg: str) -> FactPayload:
+    return FactPayload(
+        fact_id=fid, entity_key="person:ana", linked_entities=[],
+        attribute_key="residence", text=text, category="general", confidence=0.95,
+        importance=0.5, source_message_id=msg, speaker="Ana", valid_from=at,
+        decided_by=BY,
+    )
 
 
 def moving_story(app: MemoryApplication, agent: str) -> tuple[datetime, int]:

@@ -21,6 +21,7 @@ from psycopg.rows import dict_row
 
 from engramdb.domain.errors import DecisionRejected
 from engramdb.domain.fold import FactRow, fold_facts
+from engramdb.domain.payloads import FactPayload
 from engramdb.infra.providers.scripted import HashEmbedder
 from engramdb.projections.runner import ProjectionSet
 from engramdb.services.app import MemoryApplication
@@ -86,15 +87,15 @@ def test_projection_equals_pure_fold(pg_url: str, fresh_schema: Any) -> None:
             self._save(self.agents[a], lambda m: m.observe_relationship(
                 f"person:{x}", f"person:{y}", "knows", "m", self.at(0)))
 
-        def _fact(self, mem: Any, name: str, text: str, skew: int, linked: list[str]) -> dict[str, Any]:
+        def _fact(self, mem: Any, name: str, text: str, skew: int, linked: list[str]) -> FactPayload:
             self.counter += 1
-            return {
-                "fact_id": f"f{self.counter}", "entity_key": mem.canonical_entity(f"person:{name}"),
-                "linked_entities": [mem.canonical_entity(f"person:{k}") for k in linked],
-                "attribute_key": None, "text": f"{name} {text}", "category": "general",
-                "confidence": 0.6, "importance": 0.5, "source_message_id": f"m{self.clock}",
-                "speaker": None, "valid_from": self.at(skew), "decided_by": {"by": "h"},
-            }
+            return FactPayload(
+                fact_id=f"f{self.counter}", entity_key=mem.canonical_entity(f"person:{name}"),
+                linked_entities=[mem.canonical_entity(f"person:{k}") for k in linked],
+                attribute_key=None, text=f"{name} {text}", category="general",
+                confidence=0.6, importance=0.5, source_message_id=f"m{self.clock}",
+                speaker=None, valid_from=self.at(skew), decided_by={"by": "h"},
+            )
 
         @rule(a=st.integers(0, 1), name=st.sampled_from(NAMES), text=st.sampled_from(TEXTS),
               skew=st.integers(-30, 5), linked=st.lists(st.sampled_from(NAMES), max_size=2))

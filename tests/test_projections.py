@@ -16,6 +16,7 @@ from eventsourcing.persistence import IntegrityError, Tracking
 from psycopg.rows import dict_row
 
 from engramdb.domain.aggregate import AgentMemory, MessageRecord
+from engramdb.domain.payloads import FactPayload
 from engramdb.infra.providers.scripted import HashEmbedder
 from engramdb.projections.embeddings import CountingEmbedder
 from engramdb.projections.runner import ProjectionSet, tracking_positions, wait_for_position
@@ -27,13 +28,13 @@ BY = {"extractor": "test", "model": None, "prompt_version": None}
 
 
 def fact(fid: str, entity: str, text: str, at: datetime, linked: tuple[str, ...] = (),
-         attr: str | None = None, msg: str | None = "m1") -> dict[str, Any]:
-    return {
-        "fact_id": fid, "entity_key": entity, "linked_entities": list(linked),
-        "attribute_key": attr, "text": text, "category": "general", "confidence": 0.95,
-        "importance": 0.5, "source_message_id": msg, "speaker": "Ana", "valid_from": at,
-        "decided_by": BY,
-    }
+         attr: str | None = None, msg: str | None = "m1") -> FactPayload:
+    return FactPayload(
+        fact_id=fid, entity_key=entity, linked_entities=list(linked),
+        attribute_key=attr, text=text, category="general", confidence=0.95,
+        importance=0.5, source_message_id=msg, speaker="Ana", valid_from=at,
+        decided_by=BY,
+    )
 
 
 class Env:

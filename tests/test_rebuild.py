@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from engramdb.domain.aggregate import MessageRecord
+from engramdb.domain.payloads import FactPayload
 from engramdb.infra.providers.scripted import HashEmbedder
 from engramdb.projections.embeddings import CountingEmbedder
 from engramdb.projections.rebuild import rebuild
@@ -27,13 +28,13 @@ TABLES = CONVERSATION_TABLES + MEMORY_TABLES
 
 
 def fact(fid: str, entity: str, text: str, at: datetime, linked: list[str] | None = None,
-         msg: str = "m") -> dict[str, Any]:
-    return {
-        "fact_id": fid, "entity_key": entity, "linked_entities": linked or [],
-        "attribute_key": None, "text": text, "category": "general", "confidence": 0.8,
-        "importance": 0.5, "source_message_id": msg, "speaker": None, "valid_from": at,
-        "decided_by": BY,
-    }
+         msg: str = "m") -> FactPayload:
+    return FactPayload(
+        fact_id=fid, entity_key=entity, linked_entities=linked or [],
+        attribute_key=None, text=text, category="general", confidence=0.8,
+        importance=0.5, source_message_id=msg, speaker=None, valid_from=at,
+        decided_by=BY,
+    )
 
 
 def dump(url: str, schema: str) -> dict[str, list[tuple[Any, ...]]]:
