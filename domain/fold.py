@@ -72,6 +72,30 @@ class FactRow:
         )
 
 
+def new_fact_row(
+    agent: str, fact: FactPayload, recorded_at: datetime, version: int, supersedes: str | None
+) -> FactRow:
+    """The row an ADD/UPDATE creates (``recorded_at``/``version``: of its event)."""
+    return FactRow(
+        agent_id=agent,
+        fact_id=fact.fact_id,
+        entity_key=fact.entity_key,
+        attribute_key=fact.attribute_key,
+        fact_text=fact.text,
+        category=fact.category,
+        confidence=float(fact.confidence),
+        importance=float(fact.importance),
+        valid_from=fact.valid_from,
+        recorded_at=recorded_at,
+        speaker=fact.speaker,
+        decided_by=dict(fact.decided_by or {}),
+        source_message_id=fact.source_message_id,
+        source_message_ids=[fact.source_message_id] if fact.source_message_id else [],
+        supersedes_fact_id=supersedes,
+        event_versions=[version],
+    )
+
+
 def _later(a: datetime | None, b: datetime | None) -> datetime | None:
     """GREATEST() as PostgreSQL computes it: NULLs are ignored."""
     if a is None:
@@ -117,33 +141,10 @@ class FactFold:
     def _opened(self, e: AgentMemory.Opened) -> None:
         self.agents[e.originator_id] = e.agent_id
 
-    def _new_row(
-        self, agent: str, e: FactPayload, recorded_at: datetime, version: int,
-        supersedes: str | None,
-    ) -> FactRow:
-        return FactRow(
-            agent_id=agent,
-            fact_id=e.fact_id,
-            entity_key=e.entity_key,
-            attribute_key=e.attribute_key,
-            fact_text=e.text,
-            category=e.category,
-            confidence=float(e.confidence),
-            importance=float(e.importance),
-            valid_from=e.valid_from,
-            recorded_at=recorded_at,
-            speaker=e.speaker,
-            decided_by=dict(e.decided_by or {}),
-            source_message_id=e.source_message_id,
-            source_message_ids=[e.source_message_id] if e.source_message_id else [],
-            supersedes_fact_id=supersedes,
-            event_versions=[version],
-        )
-
     @_on.register
     def _fact_added(self, e: AgentMemory.FactAdded) -> None:
         agent = self.agent_of(e)
-        self.rows[(agent, e.fact_id)] = self._new_row(
+        self.rows[(agent, e.fact_id)] = new_fact_row(
             agent, e, e.timestamp, e.originator_version, None
         )
 
@@ -157,7 +158,7 @@ class FactFold:
             old.valid_to = e.valid_from
             old.invalidated_at = e.timestamp
             old.event_versions.append(e.originator_version)
-        self.rows[(agent, e.fact_id)] = self._new_row(
+        self.rows[(agent, e.fact_id)] = new_fact_row(
             agent, e, e.timestamp, e.originator_version, e.supersedes_fact_id
         )
 

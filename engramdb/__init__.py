@@ -30,7 +30,7 @@ _EXPORTS: dict[str, str] = {
     "EmbeddingProvider": "engramdb.domain.ports",
     "Extractor": "engramdb.services.extraction.port",
     "DecisionRejected": "engramdb.domain.errors",
-    "EmbeddingModelMismatch": "engramdb.projections.views",
+    "EmbeddingModelMismatch": "engramdb.projections.read_model",
     "ProviderError": "engramdb.infra.providers.errors",
     "ProviderTimeout": "engramdb.infra.providers.errors",
     "ProviderRateLimited": "engramdb.infra.providers.errors",
@@ -53,7 +53,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from engramdb.infra.providers.errors import ProviderTimeout as ProviderTimeout
     from engramdb.infra.providers.errors import ProviderUnavailable as ProviderUnavailable
     from engramdb.infra.settings import Settings as Settings
-    from engramdb.projections.views import EmbeddingModelMismatch as EmbeddingModelMismatch
+    from engramdb.projections.read_model import EmbeddingModelMismatch as EmbeddingModelMismatch
     from engramdb.services.extraction.port import Extractor as Extractor
     from engramdb.services.memory import Memory as Memory
     from engramdb.services.messages import ConversationMessage as ConversationMessage

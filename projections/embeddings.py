@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from engramdb.domain.ports import EmbeddingProvider
+from engramdb.infra.pgsql import vector_literal
 
 SQL_TEXT_HASH = "encode(sha256(convert_to({col}, 'UTF8')), 'hex')"
 EMBED_BATCH = 64
@@ -22,15 +23,6 @@ EMBED_BATCH = 64
 
 def text_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def vector_literal(vector: Sequence[float]) -> str:
-    """pgvector's text input form (``[a, b, …]``); ``repr`` keeps every digit of the float.
-
-    ``str`` of a list of floats is that repr, built in C (a generator join cost ~10% of the
-    projector's CPU); pgvector skips the spaces.
-    """
-    return str(list(map(float, vector)))
 
 
 class CountingEmbedder:

@@ -4,7 +4,7 @@ Read models are disposable: drop a projection's tables and tracking table, repla
 Replaying through the per-event projector costs one transaction per event; bulk mode instead:
 
 1. reads the notification log in large pages (one pass feeds every projection being rebuilt)
-   and folds it in memory (``projections.bulk``, same semantics as the projector);
+   and folds it in memory (each read model's ``BulkFold``, same semantics as its view);
 2. embeds only texts missing from the embedding cache (batched, committed on their own so a
    vector is never paid twice; a warm cache means zero embedder calls);
 3. in ONE transaction per projection: drop + recreate the tables without vector indexes, COPY
@@ -23,22 +23,27 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from eventsourcing.persistence import InfrastructureFactory, Tracking
-from eventsourcing.utils import Environment
+from eventsourcing.persistence import Tracking
 from psycopg import sql
 from pydantic import BaseModel
 
 from engramdb.domain.ports import EmbeddingProvider
-from engramdb.projections.bulk import COLUMNS, EMBEDDED_TEXT, FOLDS, ConversationFold, MemoryFold
+from engramdb.infra.pgsql import set_search_path
 from engramdb.projections.embeddings import (
     SQL_TEXT_HASH,
     CountingEmbedder,
     fill_cache_outside_transactions,
     text_hash,
 )
-from engramdb.projections.runner import PROJECTION_CLASSES, _names
-from engramdb.projections.schema import EMBEDDING_CACHE_DDL, READ_MODEL_META_DDL
-from engramdb.projections.views import VIEW_CLASSES, ReadModelView, bind_view
+from engramdb.projections.read_model import (
+    BulkFold,
+    ReadModel,
+    ReadModelView,
+    bind_view,
+    datastore_factory,
+)
+from engramdb.projections.read_models import select
+from engramdb.projections.tables import EMBEDDING_CACHE_DDL, READ_MODEL_META_DDL, Table
 
 PAGE_SIZE = 5000
 MAINTENANCE_WORK_MEM = "512MB"  # the HNSW graph of 100k x 384-d fits: no slow fallback
@@ -61,14 +66,6 @@ class RebuildReport(BaseModel):
     embedding_model: str
 
 
-def _factory(name: str, env: dict[str, str]) -> Any:
-    import os
-
-    merged = dict(os.environ)
-    merged.update(env)
-    return InfrastructureFactory.construct(env=Environment(name, merged))
-
-
 def rebuild(
     application_class: type[Any],
     env: dict[str, str],
@@ -78,24 +75,26 @@ def rebuild(
     page_size: int = PAGE_SIZE,
 ) -> RebuildReport:
     """Drop and rebuild ``projection`` (default: all) from the log; see the module doc."""
-    names = _names(projection)
+    read_models = select(projection)
+    names = [rm.name for rm in read_models]
     counting = CountingEmbedder(embedder)
     started = time.perf_counter()
     app = application_class(env)
     try:
-        folds = {name: FOLDS[name]() for name in names}
+        folds = {rm.name: rm.fold() for rm in read_models}
         events, position = _read_log(app, folds, page_size, progress)
         read_done = time.perf_counter()
-        factories = {name: _factory(PROJECTION_CLASSES[name].name, env) for name in names}
+        factories = {name: datastore_factory(name, env) for name in names}
         try:
             for name in names:
                 _fill_embeddings(factories[name].datastore, counting, folds[name])
             embed_done = time.perf_counter()
             rows: dict[str, int] = {}
             index_seconds = 0.0
-            for name in names:
+            for rm in read_models:
                 counts, indexing = _write(
-                    factories[name].datastore, name, counting, folds[name], app.name, position
+                    factories[rm.name].datastore, rm, counting, folds[rm.name], app.name,
+                    position,
                 )
                 rows.update(counts)
                 index_seconds += indexing
@@ -107,7 +106,7 @@ def rebuild(
     done = time.perf_counter()
     seconds = done - started
     return RebuildReport(
-        projections=list(names),
+        projections=names,
         events=events,
         position=position,
         seconds=seconds,
@@ -124,7 +123,7 @@ def rebuild(
 
 
 def _read_log(
-    app: Any, folds: dict[str, ConversationFold | MemoryFold], page_size: int, progress: bool
+    app: Any, folds: dict[str, BulkFold], page_size: int, progress: bool
 ) -> tuple[int, int | None]:
     """One pass over the notification log up to its current end, feeding every fold."""
     stop = app.recorder.max_notification_id()
@@ -159,70 +158,72 @@ def _read_log(
     return count, stop
 
 
-def _search_path(curs: Any, schema: str) -> None:
-    curs.execute(sql.SQL("SET LOCAL search_path TO {}, public").format(sql.Identifier(schema)))
-
-
-def _fill_embeddings(datastore: Any, embedder: CountingEmbedder, fold: Any) -> None:
+def _fill_embeddings(datastore: Any, embedder: CountingEmbedder, fold: BulkFold) -> None:
     with datastore.transaction(commit=True) as curs:
-        _search_path(curs, datastore.schema)
+        set_search_path(curs, datastore.schema)
         for statement in EMBEDDING_CACHE_DDL + READ_MODEL_META_DDL:
             curs.execute(statement)
     texts = {text_hash(t): t for t in fold.texts()}
     if not texts:
         return
     fill_cache_outside_transactions(
-        datastore, lambda curs: _search_path(curs, datastore.schema), embedder, texts.values()
+        datastore, lambda curs: set_search_path(curs, datastore.schema), embedder, texts.values()
     )
 
 
 def _write(
     datastore: Any,
-    name: str,
+    rm: ReadModel,
     embedder: EmbeddingProvider,
-    fold: ConversationFold | MemoryFold,
+    fold: BulkFold,
     application_name: str,
     position: int | None,
 ) -> tuple[dict[str, int], float]:
-    view_class = bind_view(VIEW_CLASSES[name], embedder)
-    tracking_table = f"{PROJECTION_CLASSES[name].name.lower()}_tracking"
-    view: ReadModelView = view_class(datastore, tracking_table_name=tracking_table, bulk=True)
+    tracking_table = f"{rm.name}_tracking"
+    view: ReadModelView | None = None
+    if rm.projected:
+        view_class = bind_view(rm.view, embedder)
+        view = view_class(datastore, tracking_table_name=tracking_table, bulk=True)
     counts: dict[str, int] = {}
     with datastore.transaction(commit=True) as curs:
-        _search_path(curs, datastore.schema)
-        drop = [sql.Identifier(t) for t in fold.tables]
+        set_search_path(curs, datastore.schema)
+        drop = [sql.Identifier(t) for t in rm.table_names]
         drop.append(sql.Identifier(datastore.schema, tracking_table))
         curs.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(sql.SQL(", ").join(drop)))
-        curs.execute("DELETE FROM mem_read_model_meta WHERE projection = %s", (name,))
-        view._create_table(curs)  # tables (no HNSW), tracking table, model metadata
-        for table in fold.tables:
-            counts[table] = _load(curs, table, fold.rows(table), embedder.model_id)
+        curs.execute("DELETE FROM mem_read_model_meta WHERE projection = %s", (rm.name,))
+        if view is not None:
+            view._create_table(curs)  # tables (no HNSW), tracking table, model metadata
+        else:
+            for statement in rm.ddl(embedder.dimensions, vector_indexes=False):
+                curs.execute(statement)
+        for table in rm.tables:
+            counts[table.name] = _load(curs, table, fold.rows(table.name), embedder.model_id)
         indexing = time.perf_counter()
         curs.execute(f"SET LOCAL maintenance_work_mem = '{MAINTENANCE_WORK_MEM}'")
         curs.execute(f"SET LOCAL max_parallel_maintenance_workers = {PARALLEL_WORKERS}")
-        vector_ddl = [s for s in view.table_ddl(vector_indexes=True) if "USING hnsw" in s]
-        for statement in vector_ddl:
-            curs.execute(statement)
+        for table in rm.tables:
+            for statement in table.vector_index_sql():
+                curs.execute(statement)
         indexing = time.perf_counter() - indexing
-        if position is not None:
+        if position is not None and view is not None:
             view._insert_tracking(curs, Tracking(application_name, position))
-        for table in fold.tables:
-            curs.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
+        for table in rm.tables:
+            curs.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table.name)))
     return counts, indexing
 
 
-def _load(curs: Any, table: str, rows: list[tuple[Any, ...]], model_id: str) -> int:
+def _load(curs: Any, table: Table, rows: list[tuple[Any, ...]], model_id: str) -> int:
     if not rows:
         return 0
-    cols = COLUMNS[table]
+    cols = table.row_columns
     col_list = sql.SQL(", ").join(sql.Identifier(c) for c in cols)
-    text_col = EMBEDDED_TEXT.get(table)
-    target = sql.Identifier(table)
+    text_col = table.embedded_text
+    target = sql.Identifier(table.name)
     if text_col is not None:
-        target = sql.Identifier(f"_stage_{table}")
+        target = sql.Identifier(f"_stage_{table.name}")
         curs.execute(
             sql.SQL("CREATE TEMP TABLE {} (LIKE {}) ON COMMIT DROP").format(
-                target, sql.Identifier(table)
+                target, sql.Identifier(table.name)
             )
         )
     with curs.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(target, col_list)) as copy:
@@ -237,7 +238,7 @@ def _load(curs: Any, table: str, rows: list[tuple[Any, ...]], model_id: str) -> 
                 "FROM {stage} s LEFT JOIN mem_embedding_cache c "
                 "ON c.model_id = %s AND c.text_hash = {hash}"
             ).format(
-                table=sql.Identifier(table), cols=col_list, stage_cols=stage_cols,
+                table=sql.Identifier(table.name), cols=col_list, stage_cols=stage_cols,
                 stage=target, hash=hash_expr,
             ),
             (model_id,),

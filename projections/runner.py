@@ -1,7 +1,8 @@
 """Running the projections: eventsourcing ``ProjectionRunner``s, read-your-writes waits.
 
-``ProjectionSet`` starts one runner per projection (``conversation``, ``memory``) against the
-application class it is given (projections must not import ``services``). Each runner resumes
+``ProjectionSet`` starts one runner per projected read model of ``READ_MODELS`` against the
+application class it is given (projections must not import ``services``), and creates the
+tables of read models that no event changes yet (``ReadModel.projected``). Each runner resumes
 from its view's tracking position and follows new events (LISTEN/NOTIFY), applying them in
 batches (``projections.batching``: whatever the subscription has already fetched, up to
 ``max_batch_events``, in one transaction per batch). ``wait(position)`` blocks until every
@@ -22,49 +23,18 @@ import psycopg
 from psycopg import sql
 
 from engramdb.domain.ports import EmbeddingProvider
-from engramdb.projections.batching import (
-    Batch,
-    BatchingProjectionRunner,
-    BatchProjection,
-    with_batching,
+from engramdb.projections.batching import BatchingProjectionRunner, with_batching
+from engramdb.projections.read_model import (
+    ReadModel,
+    ReadModelView,
+    bind_view,
+    create_tables,
+    datastore_factory,
 )
-from engramdb.projections.views import VIEW_CLASSES, ReadModelView, bind_view
+from engramdb.projections.read_models import PROJECTION_NAMES, select
+from engramdb.projections.rebuild import RebuildReport, rebuild
 
 APPLICATION_NAME = "engramdb"
-PROJECTION_NAMES = ("conversation", "memory")
-
-
-class _ReadModelProjection(BatchProjection[ReadModelView]):
-    """Hands batches of events to the view; no topic filter, so every position is tracked."""
-
-    topics = ()
-
-    def process_events(self, batch: Batch) -> None:
-        self.view.apply_batch(batch)
-
-
-class ConversationProjection(_ReadModelProjection):
-    name = "conversation"
-
-
-class MemoryProjection(_ReadModelProjection):
-    name = "memory"
-
-
-PROJECTION_CLASSES: dict[str, type[_ReadModelProjection]] = {
-    "conversation": ConversationProjection,
-    "memory": MemoryProjection,
-}
-
-
-def _names(projection: str | Sequence[str] | None) -> tuple[str, ...]:
-    if projection is None:
-        return PROJECTION_NAMES
-    names = (projection,) if isinstance(projection, str) else tuple(projection)
-    unknown = [n for n in names if n not in PROJECTION_CLASSES]
-    if unknown:
-        raise ValueError(f"unknown projection(s) {unknown}; known: {PROJECTION_NAMES}")
-    return names
 
 
 def _poll(check: Any, position: int, timeout: float, what: str) -> None:
@@ -98,7 +68,8 @@ class ProjectionSet:
         self.application_class = application_class
         self.env = dict(env)
         self.embedder = embedder
-        self.names = _names(projections)
+        self.read_models = select(projections)
+        self.names = tuple(rm.name for rm in self.read_models)
         self.max_batch_events = max_batch_events
         self.max_batch_wait = max_batch_wait
         self.runners: dict[str, BatchingProjectionRunner[ReadModelView]] = {}
@@ -110,21 +81,31 @@ class ProjectionSet:
 
     def _start(self) -> ProjectionSet:
         try:
-            for name in self.names:
+            for rm in self.read_models:
+                if not rm.projected:
+                    self._create_tables(rm)
+                    continue
                 runner: BatchingProjectionRunner[ReadModelView] = BatchingProjectionRunner(
                     application_class=self.application_class,
                     projection_class=with_batching(
-                        PROJECTION_CLASSES[name], self.max_batch_events, self.max_batch_wait
+                        rm.projection, self.max_batch_events, self.max_batch_wait
                     ),
-                    view_class=bind_view(VIEW_CLASSES[name], self.embedder),
+                    view_class=bind_view(rm.view, self.embedder),
                     env=self.env,
                 )
                 runner.__enter__()
-                self.runners[name] = runner
+                self.runners[rm.name] = runner
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _create_tables(self, rm: ReadModel) -> None:
+        factory = datastore_factory(rm.name, self.env)
+        try:
+            create_tables(factory.datastore, rm, self.embedder.dimensions)
+        finally:
+            factory.close()
 
     @property
     def running(self) -> bool:
@@ -175,10 +156,8 @@ class ProjectionSet:
         if errors:
             raise errors[0]
 
-    def rebuild(self, projection: str | None = None, progress: bool = False) -> Any:
-        """Stop, rebuild from the log (bulk mode), start again. Returns the RebuildReport."""
-        from engramdb.projections.rebuild import rebuild
-
+    def rebuild(self, projection: str | None = None, progress: bool = False) -> RebuildReport:
+        """Stop, rebuild from the log (bulk mode), start again."""
         was_running = self.running
         self.stop()
         report = rebuild(self.application_class, self.env, self.embedder, projection, progress)

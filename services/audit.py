@@ -22,6 +22,7 @@ from engramdb.domain.aggregate import AgentMemory
 from engramdb.domain.fold import AsOfAxis, FactFold, FactRow
 from engramdb.domain.fold import facts_as_of as fold_facts_as_of
 from engramdb.domain.keys import agent_aggregate_id
+from engramdb.infra.pgsql import set_search_path
 
 _DECISION = {
     "Opened": "OPENED",
@@ -181,11 +182,7 @@ def _lineage_from_read_model(app: Any, agent_id: str, fact_id: str) -> list[int]
     datastore = app.recorder.datastore
     try:
         with datastore.transaction(commit=False) as curs:
-            curs.execute(
-                sql.SQL("SET LOCAL search_path TO {}, public").format(
-                    sql.Identifier(datastore.schema)
-                )
-            )
+            set_search_path(curs, datastore.schema)
             curs.execute("SELECT to_regclass('mem_facts') IS NOT NULL AS ok")
             row = curs.fetchone()
             if row is None or not row["ok"]:

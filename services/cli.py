@@ -99,7 +99,7 @@ def retrieve(
 
 @app.command()
 def rebuild(
-    projection: Annotated[str | None, typer.Option(help="conversation | memory (default: all)")] = None,
+    projection: Annotated[str | None, typer.Option(help="one read model, e.g. memory (default: all)")] = None,
 ) -> None:
     """Drop and rebuild read models from the event log."""
     with _open_memory(start_projectors=False) as memory:

@@ -21,11 +21,11 @@ from engramdb.infra.database import (
     es_env_from_url,
     resolve_database,
 )
+from engramdb.infra.pgsql import search_path_option
 from engramdb.infra.providers.factory import make_embedder, make_llm
 from engramdb.infra.settings import Settings, load_settings
 from engramdb.projections.rebuild import RebuildReport
 from engramdb.projections.runner import ProjectionSet, wait_for_position
-from engramdb.projections.schema import read_model_ddl
 from engramdb.services.app import MemoryApplication
 from engramdb.services.audit import (
     FactSnapshot,
@@ -66,15 +66,13 @@ class Memory:
         self.llm = llm
         self.extractor = extractor
         self.app = MemoryApplication(env)
-        search_path = f"-c search_path={self.schema},public"
         self.pool = ConnectionPool(
             database.url,
             min_size=1,
             max_size=8,
-            kwargs={"autocommit": True, "options": search_path},
+            kwargs={"autocommit": True, "options": search_path_option(self.schema)},
             open=True,
         )
-        self._ensure_pattern_table()
         make = ProjectionSet.start if start_projectors else ProjectionSet
         self.projections = make(MemoryApplication, env, embedder)
         self.pipeline = WritePipeline(
@@ -88,12 +86,6 @@ class Memory:
             self.pool, embedder, llm=llm, wait_for_position=self.wait_for_projections
         )
         self.nats_url: str | None = None  # the broker this process uses (set by ``serve``)
-
-    def _ensure_pattern_table(self) -> None:
-        """Patterns come from background jobs, which no projection owns yet (see ADR-0006)."""
-        ddl = next(s for s in read_model_ddl(self.embedder.dimensions) if "mem_patterns" in s)
-        with self.pool.connection() as conn:
-            conn.execute(ddl)
 
     # ----- construction ------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from engramdb.domain.aggregate import AgentMemory
 from engramdb.domain.extraction import KnownEntity, KnownFact
 from engramdb.domain.keys import fold, self_entity_key, slugify
 from engramdb.domain.text import CONTRACTED_WORD_RE, approx_tokens, ngram_spans
+from engramdb.infra.pgsql import search_path_option
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +113,7 @@ class PreRetrieval:
 
                 options = f"-c statement_timeout={int(self.statement_timeout_ms)}"
                 if self.schema and self.schema != "public":
-                    options += f" -c search_path={self.schema},public"
+                    options += f" {search_path_option(self.schema)}"
                 self._pool = ConnectionPool(
                     self.conninfo,
                     min_size=1,

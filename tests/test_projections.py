@@ -19,8 +19,8 @@ from engramdb.domain.aggregate import AgentMemory, MessageRecord
 from engramdb.domain.payloads import FactPayload
 from engramdb.infra.providers.scripted import HashEmbedder
 from engramdb.projections.embeddings import CountingEmbedder
+from engramdb.projections.read_model import EmbeddingModelMismatch
 from engramdb.projections.runner import ProjectionSet, tracking_positions, wait_for_position
-from engramdb.projections.views import EmbeddingModelMismatch
 from engramdb.services.app import MemoryApplication
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
@@ -257,8 +257,11 @@ def test_failure_mid_batch_rolls_back_the_batch_and_the_runner_resumes(
     pg: Env, agent_id: str
 ) -> None:
     from engramdb.projections.batching import BatchingProjectionRunner
-    from engramdb.projections.runner import MemoryProjection
-    from engramdb.projections.views import MemoryView, bind_view
+    from engramdb.projections.read_model import bind_view
+    from engramdb.projections.read_models import BY_NAME
+    from engramdb.projections.read_models.memory import MemoryView
+
+    MemoryProjection = BY_NAME["memory"].projection  # noqa: N806
 
     mem = pg.app.agent_memory(agent_id)
     mem.register_entity("person:ana", "Ana", "person", "m0", BY)

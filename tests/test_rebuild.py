@@ -17,14 +17,14 @@ from engramdb.domain.aggregate import MessageRecord
 from engramdb.domain.payloads import FactPayload
 from engramdb.infra.providers.scripted import HashEmbedder
 from engramdb.projections.embeddings import CountingEmbedder
+from engramdb.projections.read_models import BY_NAME
 from engramdb.projections.rebuild import rebuild
 from engramdb.projections.runner import ProjectionSet
-from engramdb.projections.schema import CONVERSATION_TABLES, MEMORY_TABLES
 from engramdb.services.app import MemoryApplication
 
 T0 = datetime(2024, 5, 1, 9, 0, tzinfo=UTC)
 BY = {"extractor": "test"}
-TABLES = CONVERSATION_TABLES + MEMORY_TABLES
+TABLES = BY_NAME["conversation"].table_names + BY_NAME["memory"].table_names
 
 
 def fact(fid: str, entity: str, text: str, at: datetime, linked: list[str] | None = None,

@@ -22,10 +22,10 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from engramdb.domain.keys import fold
+from engramdb.infra.pgsql import vector_literal
 from engramdb.infra.providers.scripted import HashEmbedder, ScriptedLLM
 from engramdb.projections.schema import read_model_ddl, vector_index_ddl
 from engramdb.services.retrieve import Retriever
-from engramdb.services.retrieve.signals import vector_literal
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 EMBEDDER = HashEmbedder(384)

@@ -25,6 +25,7 @@ from typing import Any
 
 from engramdb.domain.agent_id import check_agent_id
 from engramdb.domain.ports import EmbeddingProvider, LLMProvider
+from engramdb.infra.pgsql import vector_literal
 from engramdb.services.retrieve import enhance, rerank, signals
 from engramdb.services.retrieve.config import RetrieveConfig
 from engramdb.services.retrieve.formatter import format_context
@@ -114,7 +115,7 @@ class Retriever:
         start = time.perf_counter()
         embed_query = getattr(self.embedder, "embed_query", None)
         vector = embed_query(text) if callable(embed_query) else self.embedder.embed([text])[0]
-        return signals.vector_literal([float(x) for x in vector]), _ms(start)
+        return vector_literal(vector), _ms(start)
 
     @staticmethod
     def _anchor(conn: Any, agent_id: str) -> tuple[datetime, str]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from engramdb.domain.keys import fold
 from engramdb.domain.text import STOPWORDS_QUERY, WORD_RE
+from engramdb.projections.read_models.patterns import matching_patterns
 from engramdb.services.retrieve.config import RetrieveConfig
 from engramdb.services.retrieve.planner import Edge, load_edges
 
@@ -43,11 +44,6 @@ def message_visibility(as_of: datetime | None, alias: str = "m") -> str:
     if as_of is None:
         return "TRUE"
     return f"{alias}.occurred_at <= %(t)s AND {alias}.recorded_at <= %(t)s"
-
-
-def vector_literal(vector: list[float]) -> str:
-    """pgvector's text form; cast with ``::vector`` in SQL (no per-connection adapter needed)."""
-    return "[" + ",".join(f"{x:.7g}" for x in vector) + "]"
 
 
 def escape_like(word: str) -> str:
@@ -654,17 +650,4 @@ def patterns_for(
     if limit <= 0 or (not fact_ids and not words):
         return []
     patterns = [f"%{escape_like(w)}%" for w in words] or ["\x01never"]
-    rows = conn.execute(
-        """
-        SELECT p.pattern_id, p.pattern_text, p.confidence, p.supporting_fact_ids,
-               cardinality(ARRAY(SELECT unnest(p.supporting_fact_ids) INTERSECT SELECT unnest(%(ids)s::text[]))) AS overlap
-          FROM mem_patterns p
-         WHERE p.agent_id = %(a)s
-           AND (%(t)s::timestamptz IS NULL OR p.recorded_at <= %(t)s::timestamptz)
-           AND (p.supporting_fact_ids && %(ids)s::text[] OR p.pattern_text ILIKE ANY(%(p)s::text[]))
-         ORDER BY overlap DESC, p.confidence DESC, p.pattern_id
-         LIMIT %(n)s
-        """,
-        {"a": agent_id, "ids": fact_ids, "p": patterns, "t": as_of, "n": limit},
-    ).fetchall()
-    return [(r[0], r[1], float(r[2]), list(r[3] or []), int(r[4])) for r in rows]
+    return matching_patterns(conn, agent_id, fact_ids, patterns, limit, as_of)

@@ -1,0 +1,126 @@
+"""Read model ``conversation``: the raw conversation log, one row per recorded message.
+
+Written from ``MessageRecord`` events: ``Recorded`` inserts the message with the vector of its
+text, ``Processed`` marks it processed with the extractor that read it (``Processed`` events
+carry only the record's originator id, hence the unique ``record_id``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from engramdb.domain.aggregate import MessageRecord
+from engramdb.projections.embeddings import CACHED_VECTOR_SQL
+from engramdb.projections.handlers import handles
+from engramdb.projections.read_model import BulkFold, ReadModel, ReadModelView, jsonb
+from engramdb.projections.tables import EMBEDDING, VECTOR, Table
+
+MESSAGES = Table(
+    "mem_messages",
+    columns=(
+        ("agent_id", "text NOT NULL"),
+        ("message_id", "text NOT NULL"),
+        ("session_id", "text"),
+        ("speaker", "text"),
+        ("text", "text NOT NULL"),
+        ("occurred_at", "timestamptz NOT NULL"),
+        ("recorded_at", "timestamptz NOT NULL"),
+        ("metadata", "jsonb NOT NULL DEFAULT '{}'::jsonb"),
+        ("processed", "boolean NOT NULL DEFAULT false"),
+        ("extractor", "text"),
+        ("llm_calls", "integer NOT NULL DEFAULT 0"),
+        ("extraction_error", "text"),
+        (EMBEDDING, VECTOR),
+        ("record_id", "uuid NOT NULL"),
+    ),
+    primary_key=("agent_id", "message_id"),
+    indexes=(
+        "CREATE INDEX IF NOT EXISTS mem_messages_time ON mem_messages (agent_id, occurred_at)",
+        "CREATE UNIQUE INDEX IF NOT EXISTS mem_messages_record ON mem_messages (record_id)",
+        # keyword search without contrib: a language-neutral tsvector GIN index (ADR-0006)
+        "CREATE INDEX IF NOT EXISTS mem_messages_text_tsv ON mem_messages "
+        "USING gin (to_tsvector('simple', text))",
+    ),
+    embedded_text="text",
+)
+
+_MESSAGE_INSERT = (
+    f"INSERT INTO mem_messages ({', '.join(MESSAGES.row_columns)}, embedding) VALUES ("
+    + ", ".join(f"%({c})s" for c in MESSAGES.row_columns)
+    + f", {CACHED_VECTOR_SQL})"
+)
+
+
+def extractor_label(extractor: dict[str, Any] | None) -> str | None:
+    """``extractor/model/prompt_version`` (whatever parts are known) for the message row."""
+    if not extractor:
+        return None
+    parts = [extractor.get(k) for k in ("extractor", "model", "prompt_version")]
+    return "/".join(str(p) for p in parts if p) or None
+
+
+def _recorded_row(e: MessageRecord.Recorded) -> dict[str, Any]:
+    return {
+        "agent_id": e.agent_id, "message_id": e.message_id, "session_id": e.session_id,
+        "speaker": e.speaker, "text": e.text, "occurred_at": e.occurred_at,
+        "recorded_at": e.timestamp, "metadata": jsonb(e.metadata), "processed": False,
+        "extractor": None, "llm_calls": 0, "extraction_error": None,
+        "record_id": e.originator_id,
+    }
+
+
+def _processed_values(e: MessageRecord.Processed) -> dict[str, Any]:
+    return {
+        "processed": True, "extractor": extractor_label(e.extractor),
+        "llm_calls": int(e.llm_calls or 0), "extraction_error": e.error,
+    }
+
+
+class ConversationView(ReadModelView):
+    projection_name = "conversation"
+    tables = (MESSAGES,)
+
+    def texts_to_embed(self, event: Any) -> list[str]:
+        return [event.text] if isinstance(event, MessageRecord.Recorded) else []
+
+    @handles(MessageRecord.Recorded)
+    def _recorded(self, curs: Any, e: MessageRecord.Recorded) -> None:
+        curs.execute(_MESSAGE_INSERT, {**_recorded_row(e), **self.vector_params(e.text)})
+
+    @handles(MessageRecord.Processed)
+    def _processed(self, curs: Any, e: MessageRecord.Processed) -> None:
+        v = _processed_values(e)
+        curs.execute(
+            "UPDATE mem_messages SET processed = %s, extractor = %s, llm_calls = %s, "
+            "extraction_error = %s WHERE record_id = %s",
+            (v["processed"], v["extractor"], v["llm_calls"], v["extraction_error"],
+             e.originator_id),
+        )
+
+
+class ConversationFold(BulkFold):
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: dict[UUID, dict[str, Any]] = {}
+
+    @handles(MessageRecord.Recorded)
+    def _recorded(self, e: MessageRecord.Recorded) -> None:
+        self.messages[e.originator_id] = _recorded_row(e)
+
+    @handles(MessageRecord.Processed)
+    def _processed(self, e: MessageRecord.Processed) -> None:
+        row = self.messages.get(e.originator_id)
+        if row is not None:
+            row.update(_processed_values(e))
+
+    def texts(self) -> list[str]:
+        return [m["text"] for m in self.messages.values()]
+
+    def rows(self, table: str) -> list[tuple[Any, ...]]:
+        if table != MESSAGES.name:
+            raise KeyError(table)
+        return [tuple(m[c] for c in MESSAGES.row_columns) for m in self.messages.values()]
+
+
+READ_MODEL = ReadModel(ConversationView, ConversationFold)

@@ -1,0 +1,139 @@
+"""The ``memory`` read model folded in memory, for bulk rebuild.
+
+Same semantics as ``memory.view`` (facts via ``domain.fold``, the reference model); the
+rebuild test proves the two give identical tables.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from engramdb.domain.aggregate import AgentMemory
+from engramdb.domain.fold import FactFold
+from engramdb.domain.keys import fold
+from engramdb.projections.handlers import handles
+from engramdb.projections.read_model import BulkFold, jsonb
+from engramdb.projections.read_models.memory.tables import (
+    AGENTS,
+    ALIASES,
+    ENTITIES,
+    FACT_ENTITIES,
+    FACTS,
+    REJECTIONS,
+    RELATIONSHIPS,
+    fact_values,
+    merge_relationship_rows,
+    relationship_strength,
+)
+
+
+class MemoryFold(BulkFold):
+    def __init__(self) -> None:
+        super().__init__()
+        self.facts = FactFold()
+        self.opened: dict[UUID, Any] = {}
+        self.entities: dict[tuple[str, str], list[Any]] = {}
+        self.aliases: dict[tuple[str, str], list[str]] = {}
+        self.relationships: dict[tuple[str, str, str, str], tuple[int, Any, Any]] = {}
+        self.links: dict[tuple[str, str, str], bool] = {}
+        self.rejections: list[tuple[Any, ...]] = []
+
+    def apply(self, event: Any) -> None:
+        if not isinstance(event, AgentMemory.Event):
+            return
+        self.facts.apply(event)  # Opened teaches it the agent id first
+        super().apply(event)
+
+    @handles(AgentMemory.Opened)
+    def _opened(self, e: AgentMemory.Opened) -> None:
+        self.opened.setdefault(e.originator_id, e.timestamp)
+
+    @handles(AgentMemory.EntityRegistered)
+    def _entity_registered(self, e: AgentMemory.EntityRegistered) -> None:
+        a = self.facts.agent_of(e)
+        self.entities.setdefault(
+            (a, e.entity_key), [e.display_name, e.entity_type, "", None, e.timestamp]
+        )
+        for alias in [e.display_name, *e.aliases]:
+            self.aliases.setdefault((a, fold(alias)), [alias, e.entity_key])
+
+    @handles(AgentMemory.EntityAliased)
+    def _entity_aliased(self, e: AgentMemory.EntityAliased) -> None:
+        self.aliases[(self.facts.agent_of(e), fold(e.alias))] = [e.alias, e.entity_key]
+
+    @handles(AgentMemory.EntitiesMerged)
+    def _entities_merged(self, e: AgentMemory.EntitiesMerged) -> None:
+        a, m, i = self.facts.agent_of(e), e.merged_key, e.into_key
+        for (agent, key), ent in self.entities.items():
+            if agent == a and (key == m or ent[3] == m):
+                ent[3] = i
+        for (agent, _), alias in self.aliases.items():
+            if agent == a and alias[1] == m:
+                alias[1] = i
+        for (agent, fact_id, key), primary in list(self.links.items()):
+            if agent == a and key == m:
+                del self.links[(agent, fact_id, key)]
+                self.links[(agent, fact_id, i)] = self.links.get((agent, fact_id, i), False) or primary
+        moved = []
+        for key4, (n, first, last) in list(self.relationships.items()):
+            if key4[0] == a and m in (key4[1], key4[2]):
+                del self.relationships[key4]
+                moved.append({
+                    "source_key": key4[1], "target_key": key4[2], "relation_type": key4[3],
+                    "mentions": n, "first_seen_at": first, "last_seen_at": last,
+                })
+        for (s, t, r), (n, first, last) in merge_relationship_rows(moved, m, i).items():
+            self._observe(a, s, t, r, n, first, last)
+
+    def _observe(self, a: str, s: str, t: str, r: str, n: int, first: Any, last: Any) -> None:
+        key = (a, s, t, r)
+        if key in self.relationships:
+            n0, f0, l0 = self.relationships[key]
+            n, first, last = n0 + n, min(f0, first), max(l0, last)
+        self.relationships[key] = (n, first, last)
+
+    @handles(AgentMemory.RelationshipObserved)
+    def _relationship_observed(self, e: AgentMemory.RelationshipObserved) -> None:
+        self._observe(
+            self.facts.agent_of(e), e.source_key, e.target_key, e.relation_type, 1,
+            e.observed_at, e.observed_at,
+        )
+
+    @handles(AgentMemory.FactAdded, AgentMemory.FactUpdated)
+    def _link(self, e: AgentMemory.FactAdded | AgentMemory.FactUpdated) -> None:
+        a = self.facts.agent_of(e)
+        self.links.setdefault((a, e.fact_id, e.entity_key), True)
+        for key in e.linked_entities:
+            self.links.setdefault((a, e.fact_id, key), False)
+
+    @handles(AgentMemory.DecisionRejected)
+    def _decision_rejected(self, e: AgentMemory.DecisionRejected) -> None:
+        self.rejections.append(
+            (self.facts.agent_of(e), e.message_id, e.reason, jsonb(e.decision), e.timestamp,
+             e.originator_version)
+        )
+
+    def texts(self) -> list[str]:
+        return [row.fact_text for row in self.facts.rows.values()]
+
+    def rows(self, table: str) -> list[tuple[Any, ...]]:
+        if table == AGENTS.name:
+            return [(oid, self.facts.agents[oid], at) for oid, at in self.opened.items()]
+        if table == FACTS.name:
+            values = (fact_values(row) for row in self.facts.rows.values())
+            return [tuple(v[c] for c in FACTS.row_columns) for v in values]
+        if table == ENTITIES.name:
+            return [(a, k, *ent) for (a, k), ent in self.entities.items()]
+        if table == ALIASES.name:
+            return [(a, f, alias, key) for (a, f), (alias, key) in self.aliases.items()]
+        if table == RELATIONSHIPS.name:
+            return [
+                (a, s, t, r, relationship_strength(n), n, first, last)
+                for (a, s, t, r), (n, first, last) in self.relationships.items()
+            ]
+        if table == FACT_ENTITIES.name:
+            return [(a, f, k, p) for (a, f, k), p in self.links.items()]
+        if table == REJECTIONS.name:
+            return list(self.rejections)
+        raise KeyError(table)

@@ -1,0 +1,180 @@
+"""The ``memory`` read model's tables: agents, facts, the entity graph, rejections.
+
+Temporal columns on facts (bi-temporal, ADR-0005):
+- valid time: ``valid_from`` (the message's ``occurred_at``), ``valid_to`` (the occurred_at
+  of the message that superseded/retracted it; NULL = active);
+- transaction time: ``recorded_at`` (event timestamp of the decision that created it),
+  ``invalidated_at`` (event timestamp of the decision that ended it).
+
+``mem_facts`` rows are ``domain.fold.FactRow``s (the reference model) plus the vector:
+``fact_values`` turns one into the column values both the projector and rebuild write
+(``tests/test_read_models.py`` checks the columns and ``FactRow``'s fields are the same set).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engramdb.domain.fold import FactRow
+from engramdb.projections.read_model import jsonb
+from engramdb.projections.tables import EMBEDDING, VECTOR, Table
+
+# agent aggregate id -> agent_id: agent events carry only their originator id
+AGENTS = Table(
+    "mem_agents",
+    columns=(
+        ("aggregate_id", "uuid"),
+        ("agent_id", "text NOT NULL"),
+        ("opened_at", "timestamptz NOT NULL"),
+    ),
+    primary_key=("aggregate_id",),
+)
+
+FACTS = Table(
+    "mem_facts",
+    columns=(
+        ("agent_id", "text NOT NULL"),
+        ("fact_id", "text NOT NULL"),
+        ("entity_key", "text NOT NULL"),
+        ("attribute_key", "text"),
+        ("fact_text", "text NOT NULL"),
+        ("category", "text NOT NULL DEFAULT 'general'"),
+        ("confidence", "real NOT NULL"),
+        ("importance", "real NOT NULL DEFAULT 0.5"),
+        ("reinforcement_count", "integer NOT NULL DEFAULT 0"),
+        ("valid_from", "timestamptz NOT NULL"),
+        ("valid_to", "timestamptz"),
+        ("recorded_at", "timestamptz NOT NULL"),
+        ("invalidated_at", "timestamptz"),
+        ("status", "text NOT NULL DEFAULT 'active'"),
+        ("supersedes_fact_id", "text"),
+        ("superseded_by", "text"),
+        ("source_message_id", "text"),
+        ("source_message_ids", "text[] NOT NULL DEFAULT '{}'"),
+        ("speaker", "text"),
+        ("decided_by", "jsonb NOT NULL DEFAULT '{}'::jsonb"),
+        ("last_confirmed_at", "timestamptz"),
+        ("times_retrieved", "integer NOT NULL DEFAULT 0"),
+        ("event_versions", "integer[] NOT NULL DEFAULT '{}'"),
+        (EMBEDDING, VECTOR),
+    ),
+    primary_key=("agent_id", "fact_id"),
+    indexes=(
+        "CREATE INDEX IF NOT EXISTS mem_facts_active ON mem_facts (agent_id, entity_key) "
+        "WHERE valid_to IS NULL",
+        "CREATE INDEX IF NOT EXISTS mem_facts_time ON mem_facts (agent_id, valid_from)",
+        # keyword search: the embedded PostgreSQL has no contrib (no pg_trgm), so a language-
+        # neutral ('simple') tsvector GIN index finds candidate rows by word; see ADR-0006
+        "CREATE INDEX IF NOT EXISTS mem_facts_text_tsv ON mem_facts "
+        "USING gin (to_tsvector('simple', fact_text))",
+    ),
+    embedded_text="fact_text",
+)
+
+ENTITIES = Table(
+    "mem_entities",
+    columns=(
+        ("agent_id", "text NOT NULL"),
+        ("entity_key", "text NOT NULL"),
+        ("display_name", "text NOT NULL"),
+        ("entity_type", "text NOT NULL"),
+        ("profile_text", "text NOT NULL DEFAULT ''"),
+        ("merged_into", "text"),
+        ("created_at", "timestamptz NOT NULL"),
+    ),
+    primary_key=("agent_id", "entity_key"),
+)
+
+ALIASES = Table(
+    "mem_aliases",
+    columns=(
+        ("agent_id", "text NOT NULL"),
+        ("alias_folded", "text NOT NULL"),
+        ("alias", "text NOT NULL"),
+        ("entity_key", "text NOT NULL"),
+    ),
+    primary_key=("agent_id", "alias_folded"),
+    indexes=(
+        "CREATE INDEX IF NOT EXISTS mem_aliases_entity ON mem_aliases (agent_id, entity_key)",
+    ),
+)
+
+RELATIONSHIPS = Table(
+    "mem_relationships",
+    columns=(
+        ("agent_id", "text NOT NULL"),
+        ("source_key", "text NOT NULL"),
+        ("target_key", "text NOT NULL"),
+        ("relation_type", "text NOT NULL"),
+        ("strength", "real NOT NULL DEFAULT 1.0"),
+        ("mentions", "integer NOT NULL DEFAULT 1"),
+        ("first_seen_at", "timestamptz NOT NULL"),
+        ("last_seen_at", "timestamptz NOT NULL"),
+    ),
+    primary_key=("agent_id", "source_key", "target_key", "relation_type"),
+    indexes=(
+        "CREATE INDEX IF NOT EXISTS mem_relationships_target "
+        "ON mem_relationships (agent_id, target_key)",
+    ),
+)
+
+FACT_ENTITIES = Table(
+    "mem_fact_entities",
+    columns=(
+        ("agent_id", "text NOT NULL"),
+        ("fact_id", "text NOT NULL"),
+        ("entity_key", "text NOT NULL"),
+        ("is_primary", "boolean NOT NULL"),
+    ),
+    primary_key=("agent_id", "fact_id", "entity_key"),
+    indexes=(
+        "CREATE INDEX IF NOT EXISTS mem_fact_entities_entity "
+        "ON mem_fact_entities (agent_id, entity_key)",
+    ),
+)
+
+# audit of refused decisions
+REJECTIONS = Table(
+    "mem_rejections",
+    columns=(
+        ("agent_id", "text NOT NULL"),
+        ("message_id", "text"),
+        ("reason", "text NOT NULL"),
+        ("decision", "jsonb NOT NULL"),
+        ("recorded_at", "timestamptz NOT NULL"),
+        ("event_version", "integer NOT NULL"),
+    ),
+    primary_key=("agent_id", "event_version"),
+)
+
+TABLES = (AGENTS, FACTS, ENTITIES, ALIASES, RELATIONSHIPS, FACT_ENTITIES, REJECTIONS)
+
+def fact_values(row: FactRow) -> dict[str, Any]:
+    """Column values of one ``mem_facts`` row (jsonb adapted), keyed by column."""
+    values = dict(vars(row))
+    values["decided_by"] = jsonb(row.decided_by)
+    return values
+
+
+def relationship_strength(mentions: int) -> float:
+    """1 - 0.5^mentions: 0.5 at first sight, saturating at 1 (same formula in SQL)."""
+    return 1.0 - 0.5 ** int(mentions)
+
+
+def merge_relationship_rows(
+    rows: list[Any], merged_key: str, into_key: str
+) -> dict[tuple[str, str, str], tuple[int, Any, Any]]:
+    """Re-point relationship rows of a merged entity; self-loops vanish, duplicates add up."""
+    out: dict[tuple[str, str, str], tuple[int, Any, Any]] = {}
+    for row in rows:
+        source = into_key if row["source_key"] == merged_key else row["source_key"]
+        target = into_key if row["target_key"] == merged_key else row["target_key"]
+        if source == target:
+            continue
+        key = (source, target, row["relation_type"])
+        mentions, first, last = row["mentions"], row["first_seen_at"], row["last_seen_at"]
+        if key in out:
+            m0, f0, l0 = out[key]
+            mentions, first, last = m0 + mentions, min(f0, first), max(l0, last)
+        out[key] = (mentions, first, last)
+    return out

@@ -1,0 +1,226 @@
+"""The ``memory`` projector: per-event SQL for facts, entities, aliases, relationships,
+fact<->entity links and rejections (one transaction per batch, ``ReadModelView``).
+
+Agent events carry only their aggregate id; ``Opened`` maps it to the agent id in
+``mem_agents`` and the view caches the mapping (rolled back with a failed batch).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from engramdb.domain.aggregate import AgentMemory
+from engramdb.domain.fold import new_fact_row
+from engramdb.domain.keys import fold
+from engramdb.domain.payloads import FactPayload
+from engramdb.projections.embeddings import CACHED_VECTOR_SQL
+from engramdb.projections.handlers import handles
+from engramdb.projections.read_model import ReadModelView, jsonb
+from engramdb.projections.read_models.memory.tables import (
+    FACTS,
+    TABLES,
+    fact_values,
+    merge_relationship_rows,
+)
+
+_FACT_INSERT = (
+    f"INSERT INTO mem_facts ({', '.join(FACTS.row_columns)}, embedding) VALUES ("
+    + ", ".join(f"%({c})s" for c in FACTS.row_columns)
+    + f", {CACHED_VECTOR_SQL})"
+)
+
+
+class MemoryView(ReadModelView):
+    projection_name = "memory"
+    tables = TABLES
+
+    def __init__(self, datastore: Any, **kwargs: Any) -> None:
+        super().__init__(datastore, **kwargs)
+        self._agents: dict[UUID, str] = {}
+
+    def texts_to_embed(self, event: Any) -> list[str]:
+        if isinstance(event, (AgentMemory.FactAdded, AgentMemory.FactUpdated)):
+            return [event.text] if event.text else []
+        return []
+
+    def _save_state(self) -> Any:
+        return dict(self._agents)
+
+    def _restore_state(self, saved: Any) -> None:
+        self._agents = saved
+
+    def _agent(self, curs: Any, originator_id: UUID) -> str:
+        agent = self._agents.get(originator_id)
+        if agent is None:
+            curs.execute("SELECT agent_id FROM mem_agents WHERE aggregate_id = %s", (originator_id,))
+            row = curs.fetchone()
+            if row is None:
+                raise LookupError(f"agent aggregate {originator_id} has no Opened event projected")
+            agent = self._agents[originator_id] = row["agent_id"]
+        return agent
+
+    @handles(AgentMemory.Opened)
+    def _opened(self, curs: Any, e: AgentMemory.Opened) -> None:
+        curs.execute(
+            "INSERT INTO mem_agents (aggregate_id, agent_id, opened_at) VALUES (%s, %s, %s) "
+            "ON CONFLICT DO NOTHING",
+            (e.originator_id, e.agent_id, e.timestamp),
+        )
+        self._agents[e.originator_id] = e.agent_id
+
+    # ----- entities ------------------------------------------------------------------
+
+    @handles(AgentMemory.EntityRegistered)
+    def _entity_registered(self, curs: Any, e: AgentMemory.EntityRegistered) -> None:
+        agent = self._agent(curs, e.originator_id)
+        curs.execute(
+            "INSERT INTO mem_entities (agent_id, entity_key, display_name, entity_type, created_at) "
+            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+            (agent, e.entity_key, e.display_name, e.entity_type, e.timestamp),
+        )
+        for alias in [e.display_name, *e.aliases]:
+            curs.execute(
+                "INSERT INTO mem_aliases (agent_id, alias_folded, alias, entity_key) "
+                "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                (agent, fold(alias), alias, e.entity_key),
+            )
+
+    @handles(AgentMemory.EntityAliased)
+    def _entity_aliased(self, curs: Any, e: AgentMemory.EntityAliased) -> None:
+        curs.execute(
+            "INSERT INTO mem_aliases (agent_id, alias_folded, alias, entity_key) "
+            "VALUES (%s, %s, %s, %s) ON CONFLICT (agent_id, alias_folded) "
+            "DO UPDATE SET alias = EXCLUDED.alias, entity_key = EXCLUDED.entity_key",
+            (self._agent(curs, e.originator_id), fold(e.alias), e.alias, e.entity_key),
+        )
+
+    @handles(AgentMemory.EntitiesMerged)
+    def _entities_merged(self, curs: Any, e: AgentMemory.EntitiesMerged) -> None:
+        p = {"a": self._agent(curs, e.originator_id), "m": e.merged_key, "i": e.into_key}
+        curs.execute(
+            "UPDATE mem_entities SET merged_into = %(i)s WHERE agent_id = %(a)s "
+            "AND (entity_key = %(m)s OR merged_into = %(m)s)",
+            p,
+        )
+        curs.execute(
+            "UPDATE mem_facts SET entity_key = %(i)s WHERE agent_id = %(a)s AND entity_key = %(m)s",
+            p,
+        )
+        curs.execute(
+            "UPDATE mem_aliases SET entity_key = %(i)s WHERE agent_id = %(a)s AND entity_key = %(m)s",
+            p,
+        )
+        curs.execute(
+            "INSERT INTO mem_fact_entities (agent_id, fact_id, entity_key, is_primary) "
+            "SELECT agent_id, fact_id, %(i)s, is_primary FROM mem_fact_entities "
+            "WHERE agent_id = %(a)s AND entity_key = %(m)s "
+            "ON CONFLICT (agent_id, fact_id, entity_key) "
+            "DO UPDATE SET is_primary = mem_fact_entities.is_primary OR EXCLUDED.is_primary",
+            p,
+        )
+        curs.execute(
+            "DELETE FROM mem_fact_entities WHERE agent_id = %(a)s AND entity_key = %(m)s", p
+        )
+        # relationships: re-point both ends, drop self-loops, sum duplicates
+        curs.execute(
+            "DELETE FROM mem_relationships WHERE agent_id = %(a)s "
+            "AND (source_key = %(m)s OR target_key = %(m)s) "
+            "RETURNING source_key, target_key, relation_type, mentions, first_seen_at, last_seen_at",
+            p,
+        )
+        for key, (mentions, first, last) in merge_relationship_rows(
+            curs.fetchall(), e.merged_key, e.into_key
+        ).items():
+            self._upsert_relationship(curs, p["a"], *key, mentions, first, last)
+
+    def _upsert_relationship(
+        self, curs: Any, agent: str, source: str, target: str, rel: str, mentions: int,
+        first: Any, last: Any,
+    ) -> None:
+        curs.execute(
+            "INSERT INTO mem_relationships AS r (agent_id, source_key, target_key, relation_type, "
+            "strength, mentions, first_seen_at, last_seen_at) VALUES (%(a)s, %(s)s, %(t)s, %(r)s, "
+            "1 - power(0.5::float8, %(n)s), %(n)s, %(f)s, %(l)s) "
+            "ON CONFLICT (agent_id, source_key, target_key, relation_type) DO UPDATE SET "
+            "mentions = r.mentions + EXCLUDED.mentions, "
+            "strength = 1 - power(0.5::float8, r.mentions + EXCLUDED.mentions), "
+            "first_seen_at = LEAST(r.first_seen_at, EXCLUDED.first_seen_at), "
+            "last_seen_at = GREATEST(r.last_seen_at, EXCLUDED.last_seen_at)",
+            {"a": agent, "s": source, "t": target, "r": rel, "n": mentions, "f": first, "l": last},
+        )
+
+    @handles(AgentMemory.RelationshipObserved)
+    def _relationship_observed(self, curs: Any, e: AgentMemory.RelationshipObserved) -> None:
+        self._upsert_relationship(
+            curs, self._agent(curs, e.originator_id), e.source_key, e.target_key,
+            e.relation_type, 1, e.observed_at, e.observed_at,
+        )
+
+    # ----- facts ---------------------------------------------------------------------
+
+    def _insert_fact(
+        self, curs: Any, agent: str, e: AgentMemory.FactAdded | AgentMemory.FactUpdated,
+        supersedes: str | None,
+    ) -> None:
+        fact: FactPayload = e
+        row = new_fact_row(agent, fact, e.timestamp, e.originator_version, supersedes)
+        curs.execute(_FACT_INSERT, {**fact_values(row), **self.vector_params(fact.text)})
+        links = [(agent, fact.fact_id, fact.entity_key, True)]
+        links += [(agent, fact.fact_id, key, False) for key in fact.linked_entities]
+        curs.executemany(
+            "INSERT INTO mem_fact_entities (agent_id, fact_id, entity_key, is_primary) "
+            "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+            links,
+        )
+
+    @handles(AgentMemory.FactAdded)
+    def _fact_added(self, curs: Any, e: AgentMemory.FactAdded) -> None:
+        self._insert_fact(curs, self._agent(curs, e.originator_id), e, None)
+
+    @handles(AgentMemory.FactUpdated)
+    def _fact_updated(self, curs: Any, e: AgentMemory.FactUpdated) -> None:
+        agent = self._agent(curs, e.originator_id)
+        curs.execute(
+            "UPDATE mem_facts SET status = 'superseded', superseded_by = %s, valid_to = %s, "
+            "invalidated_at = %s, event_versions = array_append(event_versions, %s) "
+            "WHERE agent_id = %s AND fact_id = %s",
+            (e.fact_id, e.valid_from, e.timestamp, e.originator_version, agent,
+             e.supersedes_fact_id),
+        )
+        self._insert_fact(curs, agent, e, e.supersedes_fact_id)
+
+    @handles(AgentMemory.FactConfirmed)
+    def _fact_confirmed(self, curs: Any, e: AgentMemory.FactConfirmed) -> None:
+        curs.execute(
+            "UPDATE mem_facts SET reinforcement_count = reinforcement_count + 1, "
+            "last_confirmed_at = GREATEST(last_confirmed_at, %(at)s), "
+            "source_message_ids = CASE WHEN %(m)s::text IS NULL "
+            "OR %(m)s::text = ANY(source_message_ids) THEN source_message_ids "
+            "ELSE array_append(source_message_ids, %(m)s::text) END, "
+            "event_versions = array_append(event_versions, %(v)s) "
+            "WHERE agent_id = %(a)s AND fact_id = %(f)s",
+            {
+                "at": e.confirmed_at, "m": e.message_id, "v": e.originator_version,
+                "a": self._agent(curs, e.originator_id), "f": e.fact_id,
+            },
+        )
+
+    @handles(AgentMemory.FactRetracted)
+    def _fact_retracted(self, curs: Any, e: AgentMemory.FactRetracted) -> None:
+        curs.execute(
+            "UPDATE mem_facts SET status = 'retracted', valid_to = %s, invalidated_at = %s, "
+            "event_versions = array_append(event_versions, %s) "
+            "WHERE agent_id = %s AND fact_id = %s",
+            (e.retracted_at, e.timestamp, e.originator_version,
+             self._agent(curs, e.originator_id), e.fact_id),
+        )
+
+    @handles(AgentMemory.DecisionRejected)
+    def _decision_rejected(self, curs: Any, e: AgentMemory.DecisionRejected) -> None:
+        curs.execute(
+            "INSERT INTO mem_rejections (agent_id, message_id, reason, decision, recorded_at, "
+            "event_version) VALUES (%s, %s, %s, %s, %s, %s)",
+            (self._agent(curs, e.originator_id), e.message_id, e.reason, jsonb(e.decision),
+             e.timestamp, e.originator_version),
+        )
