@@ -16,6 +16,10 @@ decorated methods: same topics (``<module>:<Aggregate>.<Event>``), same field na
 same order — ``tests/test_event_format.py`` pins both. Events written before the code moved
 into the ``engramdb`` package carry topics under ``domain.aggregate``; ``LEGACY_MODULE_TOPIC``
 is registered so they still resolve to these classes (ADR-0007).
+
+Why this module is long: an event's stored topic is this module's name plus the class's
+qualified name, so both aggregates and their declared events must stay here; moving any of
+them would change the topics of every event written from then on.
 """
 
 from __future__ import annotations
