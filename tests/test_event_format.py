@@ -167,6 +167,8 @@ def test_snapshot_stored_under_pre_package_topic_restores_the_aggregate() -> Non
     mem, _ = story()
     stored = _legacy(mapper.to_stored_event(Snapshot.take(mem)))
     assert b'"domain.aggregate:AgentMemory"' in stored.state
-    restored = mapper.to_domain_event(stored).mutate(None)  # type: ignore[attr-defined]
+    snapshot = mapper.to_domain_event(stored)
+    assert isinstance(snapshot, Snapshot)
+    restored = snapshot.mutate(None)
     assert type(restored) is AgentMemory
     assert _state(restored) == _state(mem)
