@@ -104,6 +104,8 @@ class AgentMemory(Aggregate):
         reason: str
         decided_by: dict[str, Any]
 
+    # Shadows the error of the same name in this class body only: methods still raise the
+    # module-level ``DecisionRejected`` exception.
     class DecisionRejected(Aggregate.Event):
         message_id: str | None
         decision: dict[str, Any]
