@@ -1,0 +1,65 @@
+"""Candidate rows (``FactRow``) for the ids the signals found, with their cosine computed in
+SQL, and the time decay the graph signal and the ranking apply to them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+
+def decay(anchor: datetime, when: datetime | None, half_life_days: float) -> float:
+    """exp decay 0.5^(age/half_life); future or unknown times count as age 0."""
+    if when is None:
+        return 1.0
+    age_days = max(0.0, (anchor - when).total_seconds() / 86400.0)
+    return float(0.5 ** (age_days / half_life_days))
+
+
+def floored_decay(anchor: datetime, when: datetime | None, half_life_days: float) -> float:
+    """Recency as a *factor* inside the graph score: 0.5 + 0.5·decay, so an old fact about
+    the entity the user names is still found (recency is ranked separately anyway)."""
+    return 0.5 + 0.5 * decay(anchor, when, half_life_days)
+
+
+
+@dataclass(frozen=True)
+class FactRow:
+    fact_id: str
+    entity_key: str
+    entity_name: str
+    fact_text: str
+    confidence: float
+    importance: float
+    reinforcement_count: int
+    valid_from: datetime
+    source_message_ids: list[str]
+    cosine: float | None
+
+
+def hydrate_facts(conn: Any, agent_id: str, ids: list[str], qvec: str | None) -> dict[str, FactRow]:
+    """Rows for candidate ids, with their cosine to the query computed in SQL (so facts found
+    by keyword/graph/spreading get a semantic score too, without shipping vectors)."""
+    if not ids:
+        return {}
+    rows = conn.execute(
+        """
+        SELECT f.fact_id, f.entity_key, coalesce(e.display_name, f.entity_key), f.fact_text,
+               f.confidence, f.importance, f.reinforcement_count, f.valid_from,
+               f.source_message_id, f.source_message_ids,
+               CASE WHEN f.embedding IS NULL OR %(q)s::vector IS NULL THEN NULL
+                    ELSE 1 - (f.embedding <=> %(q)s::vector) END
+          FROM mem_facts f
+          LEFT JOIN mem_entities e ON e.agent_id = f.agent_id AND e.entity_key = f.entity_key
+         WHERE f.agent_id = %(a)s AND f.fact_id = ANY(%(ids)s)
+        """,
+        {"a": agent_id, "ids": ids, "q": qvec},
+    ).fetchall()
+    out: dict[str, FactRow] = {}
+    for fid, ekey, ename, text, conf, imp, rc, vfrom, src, srcs, cos in rows:
+        sources = list(srcs or [])
+        if src and src not in sources:
+            sources.insert(0, src)
+        out[fid] = FactRow(fid, ekey, ename, text, float(conf), float(imp), int(rc), vfrom, sources,
+                           None if cos is None else float(cos))
+    return out

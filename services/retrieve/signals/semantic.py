@@ -1,0 +1,46 @@
+"""The semantic signal: the agent's nearest facts to the query vector above the similarity
+threshold (HNSW, or exact for small agents)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from engramdb.services.retrieve.config import RetrieveConfig
+from engramdb.services.retrieve.signals.shared import (
+    batch,
+    fact_visibility,
+    nearest_cte,
+    set_hnsw,
+    similarity_threshold,
+)
+
+
+def semantic_facts(
+    conn: Any,
+    agent_id: str,
+    qvec: str,
+    cfg: RetrieveConfig,
+    floor: float,
+    as_of: datetime | None,
+    exact_rows: int = 0,
+) -> list[tuple[str, float]]:
+    """(fact_id, cosine) of the nearest facts above the similarity threshold, HNSW order
+    (exact below ``exact_rows`` rows of the agent, see ``nearest_cte``)."""
+    limit = cfg.candidate_pool
+    where = f"{fact_visibility(as_of)} AND f.confidence >= %(minc)s"
+    with batch(conn):  # the settings and the search travel in one round trip
+        set_hnsw(conn, max(cfg.hnsw_ef_search, limit))
+        cur = conn.execute(
+            f"WITH {nearest_cte('mem_facts', 'f', 'fact_id', where, exact_rows)}"
+            " SELECT fact_id, 1 - d FROM nn WHERE d <= %(maxd)s ORDER BY d, fact_id",
+            {
+                "q": qvec,
+                "a": agent_id,
+                "t": as_of,
+                "minc": cfg.min_confidence,
+                "n": limit,
+                "maxd": 1.0 - similarity_threshold(cfg, floor),
+            },
+        )
+    return [(r[0], float(r[1])) for r in cur.fetchall()]

@@ -1,0 +1,135 @@
+"""What every signal's SQL shares: the visibility predicates (now / as of), LIKE
+escaping, the similarity threshold, the HNSW and plan-cache settings, one
+round-trip batching and the nearest-neighbour CTE. User text only ever reaches SQL as a bound
+parameter; LIKE patterns are escaped."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+from engramdb.services.retrieve.config import RetrieveConfig
+
+# Count caps of the IDF lookups (keyword weights, entity specificity): the counts stay cheap.
+DF_CAP = 2000
+N_CAP = 10000
+
+
+def _active_now(alias: str = "f") -> str:
+    # Spelled out so the planner can use the partial index ``WHERE valid_to IS NULL``.
+    return f"{alias}.valid_to IS NULL AND {alias}.invalidated_at IS NULL"
+
+
+def _active_at(alias: str = "f") -> str:
+    f = alias
+    return (
+        f"{f}.recorded_at <= %(t)s AND {f}.valid_from <= %(t)s "
+        f"AND ({f}.valid_to IS NULL OR {f}.valid_to > %(t)s) "
+        f"AND ({f}.invalidated_at IS NULL OR {f}.invalidated_at > %(t)s)"
+    )
+
+
+def fact_visibility(as_of: datetime | None, alias: str = "f") -> str:
+    return _active_now(alias) if as_of is None else _active_at(alias)
+
+
+def message_visibility(as_of: datetime | None, alias: str = "m") -> str:
+    if as_of is None:
+        return "TRUE"
+    return f"{alias}.occurred_at <= %(t)s AND {alias}.recorded_at <= %(t)s"
+
+
+def escape_like(word: str) -> str:
+    return word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+
+
+def similarity_threshold(cfg: RetrieveConfig, floor: float) -> float:
+    """Raw cosine matching ``min_similarity`` on the calibrated scale."""
+    return floor + cfg.min_similarity * (1.0 - floor)
+
+
+def set_hnsw(conn: Any, ef_search: int) -> None:
+    # set_config(..., true) is SET LOCAL: it ends with this transaction, never leaks into the
+    # pooled connection. relaxed_order lets the per-agent filter not starve the HNSW scan.
+    # No parallel workers: launching them costs ~10 ms, more than any 60-row search here (and
+    # the planner would launch them even for the exact branch that a one-time filter skips).
+    # Custom plans: a generic plan (psycopg prepares after 5 runs) does not know the agent's
+    # size and once picked a sort-all plan at 100k facts (~400 ms).
+    conn.execute(
+        "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true),"
+        " set_config('max_parallel_workers_per_gather', '0', true), set_config('plan_cache_mode', 'force_custom_plan', true)",
+        (str(ef_search),),
+    )
+
+
+_RESTORE_PLANS = (
+    "SELECT set_config('plan_cache_mode', coalesce(nullif(current_setting("
+    "'engramdb.saved_plan_cache_mode', true), ''), current_setting('plan_cache_mode')), true)"
+)
+
+
+def _restore_plans(conn: Any) -> None:
+    """Put back the ``plan_cache_mode`` saved by ``custom_plans`` (same pipeline, no extra
+    round trip)."""
+    conn.execute(_RESTORE_PLANS)
+
+
+@contextmanager
+def custom_plans(conn: Any) -> Iterator[None]:
+    """Statements issued inside run with ``plan_cache_mode = force_custom_plan``, sent in ONE
+    round trip (pipeline) with the setting and its restore: the previous value is saved in a
+    transaction-local custom setting and put back, so nothing leaks into later statements or
+    the pooled connection (if an autocommit connection ended the transaction in between, the
+setting already ended with it and the restore keeps the current value). Why: psycopg prepares a statement after 5 runs and PostgreSQL may
+    then keep a generic plan that knows neither the agent's size nor the words' frequencies —
+    the capped IDF counts took ~20 ms instead of ~3 ms at 100k facts (ADR 0006). Other
+    statements (the linked-facts lookup) are faster with their generic plan, hence the scope. A plan
+    never changes a result here: every query orders by a total key."""
+    with batch(conn):
+        conn.execute(
+            "SELECT set_config('engramdb.saved_plan_cache_mode', current_setting('plan_cache_mode'), true),"
+            " set_config('plan_cache_mode', 'force_custom_plan', true)"
+        )
+        yield
+        _restore_plans(conn)
+
+
+@contextmanager
+def batch(conn: Any) -> Iterator[None]:
+    """psycopg pipeline mode when the connection supports it: statements issued inside are
+    sent together and answered in one round trip (results are read after the block)."""
+    pipeline = getattr(conn, "pipeline", None)
+    if pipeline is None:
+        yield
+        return
+    with pipeline():
+        yield
+
+
+def nearest_cte(table: str, alias: str, id_col: str, where: str, exact_rows: int) -> str:
+    """``nn AS MATERIALIZED (…)``: the ``LIMIT %(n)s`` nearest rows of the agent, (id, d).
+
+    ``exact_rows > 0`` adds an exact branch (ORDER BY the distance over the agent's rows via
+    the btree, ties by id) taken when the agent has at most ``exact_rows`` rows in ``table``
+    — decided inside the statement by a capped count (one-time filters), so deterministic
+    for the same data. A small agent in a large shared table otherwise makes the filtered
+    HNSW walk thousands of pages (ADR-0006); the exact branch returns the true nearest rows,
+    which the approximate search only estimates, so it can change the candidate set."""
+    a = alias
+    hnsw = (f"SELECT {a}.{id_col}, {a}.embedding <=> %(q)s::vector AS d FROM {table} {a}"
+            f" WHERE {{gate}}{a}.agent_id = %(a)s AND {where} AND {a}.embedding IS NOT NULL"
+            f" ORDER BY {a}.embedding <=> %(q)s::vector LIMIT %(n)s")
+    if exact_rows <= 0:
+        return f"nn AS MATERIALIZED ({hnsw.format(gate='')})"
+    exact = (f"SELECT {a}.{id_col}, {a}.embedding <=> %(q)s::vector AS d FROM {table} {a}"
+             f" WHERE (SELECT small FROM cnt) AND {a}.agent_id = %(a)s AND {where} AND {a}.embedding IS NOT NULL"
+             f" ORDER BY ({a}.embedding <=> %(q)s::vector) + 0, {a}.{id_col} LIMIT %(n)s")
+    return (
+        f"cnt AS MATERIALIZED (SELECT count(*) <= {int(exact_rows)} AS small FROM"
+        f" (SELECT 1 FROM {table} WHERE agent_id = %(a)s LIMIT {int(exact_rows) + 1}) c),"
+        f" nn AS MATERIALIZED (({exact}) UNION ALL ({hnsw.format(gate='NOT (SELECT small FROM cnt) AND ')}))"
+    )
