@@ -3,7 +3,8 @@
 Modules: ``config`` (every knob), ``models`` (plan/result shapes), ``planner`` (deterministic
 plan), ``signals`` (SQL candidate generators), ``rank`` (merge & score), ``enhance``
 (spreading activation), ``rerank`` (LLM judge), ``formatter`` (context string),
-``pipeline`` (orchestration). Decisions: ADR 0006.
+``pipeline`` (orchestration), ``stages`` (the pool-free stages), ``trace`` (the per-call
+trace). Decisions: ADR 0006.
 """
 
 from engramdb.services.retrieve.config import RetrieveConfig, UnknownConfigKey
