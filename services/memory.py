@@ -21,8 +21,8 @@ from engramdb.infra.database import (
     es_env_from_url,
     resolve_database,
 )
-from engramdb.infra.pgsql import search_path_option
 from engramdb.infra.providers.factory import make_embedder, make_llm
+from engramdb.infra.read_pool import open_read_pool
 from engramdb.infra.settings import Settings, load_settings
 from engramdb.projections.rebuild import RebuildReport
 from engramdb.projections.runner import ProjectionSet, wait_for_position
@@ -66,19 +66,14 @@ class Memory:
         self.llm = llm
         self.extractor = extractor
         self.app = MemoryApplication(env)
-        self.pool = ConnectionPool(
-            database.url,
-            min_size=1,
-            max_size=8,
-            kwargs={"autocommit": True, "options": search_path_option(self.schema)},
-            open=True,
-        )
+        # the one read-side pool, owned here and lent to every reader of the read models
+        self.pool: ConnectionPool = open_read_pool(database.url, self.schema)
         make = ProjectionSet.start if start_projectors else ProjectionSet
         self.projections = make(MemoryApplication, env, embedder)
         self.pipeline = WritePipeline(
             self.app,
             extractor,
-            PreRetrieval(database.url, schema=self.schema),
+            PreRetrieval(self.pool),
             resolver_llm=llm,
             config=write_config,
         )

@@ -20,11 +20,13 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from psycopg_pool import ConnectionPool
+
 from engramdb.domain.aggregate import AgentMemory
 from engramdb.domain.extraction import KnownEntity, KnownFact
 from engramdb.domain.keys import fold, self_entity_key, slugify
 from engramdb.domain.text import CONTRACTED_WORD_RE, approx_tokens, ngram_spans
-from engramdb.infra.pgsql import search_path_option
+from engramdb.infra.read_pool import open_read_pool
 
 log = logging.getLogger(__name__)
 
@@ -80,11 +82,18 @@ def aggregate_context(memory: AgentMemory, text: str, speaker: str | None) -> Pr
 
 
 class PreRetrieval:
-    """Reads mem_aliases / mem_entities / mem_facts with a small psycopg pool (lazily opened)."""
+    """Reads mem_aliases / mem_entities / mem_facts through the read-side pool.
+
+    ``source`` is that pool, lent by its owner (``Memory``; ``close()`` leaves it open), or a
+    libpq conninfo for standalone use: then a small pool of its own (``max_pool_size``, on
+    ``schema``) is opened on first use and closed by ``close()``. Either way each lookup runs
+    in one transaction with a transaction-local ``statement_timeout``, so a slow read model
+    costs at most that and the shared connections keep their settings.
+    """
 
     def __init__(
         self,
-        conninfo: str,
+        source: str | ConnectionPool,
         *,
         schema: str | None = None,
         topk: int = 10,
@@ -92,43 +101,41 @@ class PreRetrieval:
         statement_timeout_ms: int = 2000,
         retry_after_sec: float = 5.0,
         max_pool_size: int = 4,
+        pool_timeout_sec: float = 5.0,
     ) -> None:
-        self.conninfo = conninfo
+        self.conninfo = source if isinstance(source, str) else None
         self.schema = schema
         self.topk = topk
         self.token_budget = token_budget
         self.statement_timeout_ms = statement_timeout_ms
         self.retry_after_sec = retry_after_sec
         self.max_pool_size = max_pool_size
-        self._pool: object | None = None
+        self.pool_timeout_sec = pool_timeout_sec
+        self._pool: ConnectionPool | None = None if isinstance(source, str) else source
+        self._owns_pool = isinstance(source, str)
         self._pool_lock = threading.Lock()
         self._down_until = 0.0
 
     # ----- pool ------------------------------------------------------------------------------
 
-    def _get_pool(self) -> object:
+    def _get_pool(self) -> ConnectionPool:
         with self._pool_lock:
             if self._pool is None:
-                from psycopg_pool import ConnectionPool
-
-                options = f"-c statement_timeout={int(self.statement_timeout_ms)}"
-                if self.schema and self.schema != "public":
-                    options += f" {search_path_option(self.schema)}"
-                self._pool = ConnectionPool(
-                    self.conninfo,
-                    min_size=1,
-                    max_size=self.max_pool_size,
-                    kwargs={"autocommit": True, "options": options},
-                    open=True,
-                    timeout=5.0,
+                assert self.conninfo is not None  # only an owned pool is opened lazily
+                schema = self.schema if self.schema and self.schema != "public" else None
+                self._pool = open_read_pool(
+                    self.conninfo, schema, max_size=self.max_pool_size, timeout=self.pool_timeout_sec
                 )
             return self._pool
 
     def close(self) -> None:
+        """Close the pool if this object opened it (a lent pool stays with its owner)."""
+        if not self._owns_pool:
+            return
         with self._pool_lock:
             pool, self._pool = self._pool, None
         if pool is not None:
-            pool.close()  # type: ignore[attr-defined]
+            pool.close()
 
     # ----- query -----------------------------------------------------------------------------
 
@@ -153,7 +160,10 @@ class PreRetrieval:
         own = self_entity_key(speaker)
         seed = mentioned_in_aggregate(memory, text, speaker) if memory is not None else []
         pool = self._get_pool()
-        with pool.connection() as conn:  # type: ignore[attr-defined]
+        with pool.connection(timeout=self.pool_timeout_sec) as conn, conn.transaction():
+            conn.execute(
+                "SELECT set_config('statement_timeout', %s, true)", (str(int(self.statement_timeout_ms)),)
+            )
             rows = conn.execute(
                 """
                 SELECT e.entity_key, e.display_name, e.entity_type, e.profile_text

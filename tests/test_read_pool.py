@@ -1,0 +1,26 @@
+"""One read-side pool, lent by its owner: pre-retrieval borrows it without closing it or
+leaving its per-lookup ``statement_timeout`` on the shared connections."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engramdb.infra.read_pool import READ_POOL_MAX_SIZE, open_read_pool
+from engramdb.services.pre_retrieval import PreRetrieval
+
+
+def test_pre_retrieval_borrows_the_read_pool(pg_url: str, fresh_schema: Any, agent_id: str) -> None:
+    schema, _env = fresh_schema("pool")
+    pool = open_read_pool(pg_url, schema, max_size=1)  # one connection: the same one is reused
+    try:
+        pre = PreRetrieval(pool, statement_timeout_ms=1234)
+        assert pre.context(agent_id, "hello Carol", "Ana") is None  # no read models: fail-safe
+        pre.close()  # a lent pool stays open
+        with pool.connection() as conn:
+            search_path = conn.execute("SHOW search_path").fetchone()
+            timeout = conn.execute("SHOW statement_timeout").fetchone()
+        assert search_path is not None and search_path[0].startswith(schema)
+        assert timeout is not None and timeout[0] == "0"  # transaction-local, gone with it
+    finally:
+        pool.close()
+    assert READ_POOL_MAX_SIZE >= 3  # the retriever runs its side signals only with >= 3
