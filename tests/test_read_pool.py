@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from engramdb.infra.read_pool import READ_POOL_MAX_SIZE, open_read_pool
+from engramdb.projections.schema import read_model_ddl
 from engramdb.services.pre_retrieval import PreRetrieval
 
 
@@ -13,8 +14,17 @@ def test_pre_retrieval_borrows_the_read_pool(pg_url: str, fresh_schema: Any, age
     schema, _env = fresh_schema("pool")
     pool = open_read_pool(pg_url, schema, max_size=1)  # one connection: the same one is reused
     try:
+        with pool.connection() as conn:
+            for ddl in read_model_ddl(8):
+                if "pg_trgm" not in ddl and "gin_trgm_ops" not in ddl:  # optional extension
+                    conn.execute(ddl)
+            conn.execute(
+                "INSERT INTO mem_entities VALUES (%s,'person:carolina','Carolina','person','',NULL,now())",
+                (agent_id,),
+            )
         pre = PreRetrieval(pool, statement_timeout_ms=1234)
-        assert pre.context(agent_id, "hello Carol", "Ana") is None  # no read models: fail-safe
+        found = pre.context(agent_id, "hello Carolina", "Ana")
+        assert found is not None and [e.entity_key for e in found.entities] == ["person:carolina"]
         pre.close()  # a lent pool stays open
         with pool.connection() as conn:
             search_path = conn.execute("SHOW search_path").fetchone()
