@@ -53,6 +53,8 @@ KS = (5, 10, 20)
 TOPK = 20
 ENGRAMDB = "engramdb"
 BASELINES = ("bm25", "dense", "hybrid-rrf")
+FACTS_COSINE = "facts-cosine"  # cosine over engramdb's own stored facts (bench/locomo_facts.py)
+REFERENCES = (*BASELINES, FACTS_COSINE)
 MERGES = ("score", "alternate", "facts", "events")
 
 Unit = frozenset[str]  # the message ids (dia_ids) one retrieved unit covers
@@ -286,6 +288,96 @@ def run_baselines(conversations: Sequence[Conversation], embedder: Any) -> dict[
     return runs
 
 
+def ingest_conversation(
+    memory: Any, conv: Conversation, agent_id: str, ingest: dict[str, Any]
+) -> float:
+    """Write every turn of ``conv`` in order as ``agent_id`` and wait for the read models;
+    adds to the ``ingest`` counters and returns the seconds it took."""
+    position: int | None = None
+    start = time.perf_counter()
+    for session in conv.sessions:
+        for turn in session.turns:
+            result = memory.write(
+                agent_id,
+                turn.full_text,
+                speaker=turn.speaker,
+                session_id=session.session_id,
+                occurred_at=session.occurred_at,
+                message_id=turn.dia_id,
+                metadata={"benchmark": "locomo", "sample_id": conv.sample_id},
+            )
+            position = max(position or 0, int(getattr(result, "position", 0) or 0))
+            ingest["messages"] += 1
+            ingest["duplicates"] += int(bool(getattr(result, "duplicate", False)))
+            ingest["extraction_errors"] += int(bool(getattr(result, "extraction_error", None)))
+            ingest["decisions"] += len(getattr(result, "decisions", None) or [])
+    memory.wait_for_projections(position, timeout=900.0)
+    elapsed = time.perf_counter() - start
+    ingest["seconds"] += elapsed
+    return elapsed
+
+
+def run_facts_cosine(
+    memory: Any, conv: Conversation, agent_id: str, embedder: Any, run: SystemRun
+) -> int:
+    """The ``facts-cosine`` reference for one ingested conversation; returns its fact count."""
+    from bench.locomo_facts import FactsCosineIndex, stored_facts
+
+    index = FactsCosineIndex(stored_facts(memory, agent_id), embedder)
+    for q in scorable(conv):
+        t0 = time.perf_counter()
+        units = index.rank(embedder.embed_query(q.question), TOPK)
+        run.add(q, units)
+        run.latencies_ms.append((time.perf_counter() - t0) * 1000.0)
+    return len(index.facts)
+
+
+def run_ablation(
+    conversations: Sequence[Conversation],
+    memory: Any,
+    agent_ids: dict[str, str],
+    *,
+    merge: str,
+    base_overrides: dict[str, Any],
+    on_progress: Callable[[str], None] = log,
+) -> dict[str, dict[str, Any]]:
+    """Every question once per ablation variant, over the already ingested agents."""
+    from bench.locomo_ablate import ABLATIONS, merged_overrides
+
+    out: dict[str, dict[str, Any]] = {}
+    for ablation in ABLATIONS:
+        entry: dict[str, Any] = {
+            "overrides": ablation.overrides,
+            "exact": ablation.exact,
+            "note": ablation.note,
+        }
+        out[ablation.stage] = entry
+        if ablation.overrides is None:
+            continue
+        overrides = merged_overrides(base_overrides, ablation.overrides)
+        run = SystemRun(ablation.run_name)
+        with_words = 0
+        start = time.perf_counter()
+        for conv in conversations:
+            for q in scorable(conv):
+                t0 = time.perf_counter()
+                result = memory.retrieve(
+                    agent_ids[conv.sample_id], q.question, config_overrides=overrides
+                )
+                run.latencies_ms.append((time.perf_counter() - t0) * 1000.0)
+                run.context_tokens.append(len(getattr(result, "context", "") or "") / 4.0)
+                with_words += bool((getattr(result, "trace", None) or {}).get("keyword_words"))
+                run.add(q, merge_units(*units_from_result(result), merge)[:TOPK])
+        entry["questions_with_keyword_words"] = with_words
+        entry["summary"] = run.summary()
+        on_progress(
+            f"ablation: without {ablation.stage}: R@10 "
+            f"{entry['summary']['by_category']['overall']['recall@10']:.1f} "
+            f"({time.perf_counter() - start:.0f}s)"
+        )
+    return out
+
+
 def run_engramdb(
     conversations: Sequence[Conversation],
     memory: Any,
@@ -293,15 +385,20 @@ def run_engramdb(
     run_id: str,
     merge: str,
     retrieve_overrides: dict[str, Any] | None = None,
+    embedder: Any = None,
+    ablate: bool = False,
     on_progress: Callable[[str], None] = log,
-) -> dict[str, SystemRun]:
+) -> tuple[dict[str, SystemRun], dict[str, dict[str, Any]]]:
     """Ingest each conversation as one agent, then ask its questions. Returns the headline
-    run (``engramdb``, merged with ``merge``) plus one diagnostic run per other merge."""
+    run (``engramdb``, merged with ``merge``), one diagnostic run per other merge and, with
+    ``embedder``, the ``facts-cosine`` reference over the same stored facts; plus, with
+    ``ablate``, the ablation table's entries (asked after every conversation is in)."""
     runs = {m: SystemRun(ENGRAMDB if m == merge else f"{ENGRAMDB}[{m}]") for m in MERGES}
     headline = runs[merge]
+    facts_cosine = SystemRun(FACTS_COSINE) if embedder is not None else None
     overrides: dict[str, Any] = {"topk_facts": TOPK, "topk_events": TOPK, "enable_reranker": False}
     overrides.update(retrieve_overrides or {})
-    ingest = {
+    ingest: dict[str, Any] = {
         "messages": 0,
         "seconds": 0.0,
         "extraction_errors": 0,
@@ -309,29 +406,11 @@ def run_engramdb(
         "decisions": 0,
     }
     units_seen = {"facts": 0, "events": 0, "queries": 0}
+    agent_ids: dict[str, str] = {}
+    n_facts = 0
     for conv in conversations:
-        agent_id = f"locomo-{conv.sample_id}-{run_id}"
-        position: int | None = None
-        start = time.perf_counter()
-        for session in conv.sessions:
-            for turn in session.turns:
-                result = memory.write(
-                    agent_id,
-                    turn.full_text,
-                    speaker=turn.speaker,
-                    session_id=session.session_id,
-                    occurred_at=session.occurred_at,
-                    message_id=turn.dia_id,
-                    metadata={"benchmark": "locomo", "sample_id": conv.sample_id},
-                )
-                position = max(position or 0, int(getattr(result, "position", 0) or 0))
-                ingest["messages"] += 1
-                ingest["duplicates"] += int(bool(getattr(result, "duplicate", False)))
-                ingest["extraction_errors"] += int(bool(getattr(result, "extraction_error", None)))
-                ingest["decisions"] += len(getattr(result, "decisions", None) or [])
-        memory.wait_for_projections(position, timeout=900.0)
-        elapsed = time.perf_counter() - start
-        ingest["seconds"] += elapsed
+        agent_id = agent_ids[conv.sample_id] = f"locomo-{conv.sample_id}-{run_id}"
+        elapsed = ingest_conversation(memory, conv, agent_id, ingest)
         on_progress(
             f"engramdb: {conv.sample_id} ingested {len(conv.turns)} turns in {elapsed:.0f}s; asking "
             f"{len(scorable(conv))} questions"
@@ -349,6 +428,8 @@ def run_engramdb(
                 run.add(q, merge_units(facts, events, how)[:TOPK])
                 run.latencies_ms.append(latency)
                 run.context_tokens.append(tokens)
+        if facts_cosine is not None:
+            n_facts += run_facts_cosine(memory, conv, agent_id, embedder, facts_cosine)
     ingest["seconds"] = round(ingest["seconds"], 1)
     n_queries = max(1, units_seen["queries"])
     headline.extra["ingest"] = ingest
@@ -356,7 +437,22 @@ def run_engramdb(
         "facts": units_seen["facts"] / n_queries,
         "events": units_seen["events"] / n_queries,
     }
-    return runs
+    if facts_cosine is not None:
+        facts_cosine.extra["facts_indexed"] = n_facts
+        runs[FACTS_COSINE] = facts_cosine
+    ablation = (
+        run_ablation(
+            conversations,
+            memory,
+            agent_ids,
+            merge=merge,
+            base_overrides=overrides,
+            on_progress=on_progress,
+        )
+        if ablate
+        else {}
+    )
+    return runs, ablation
 
 
 # ----------------------------------------------------------------------------- outputs
@@ -366,8 +462,14 @@ def _fmt(x: float) -> str:
     return "—" if x != x else f"{x:.1f}"  # NaN → em dash
 
 
-def markdown_report(summaries: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
-    systems = [s for s in [ENGRAMDB, *BASELINES] if s in summaries]
+def markdown_report(
+    summaries: dict[str, dict[str, Any]],
+    meta: dict[str, Any],
+    ablation: dict[str, dict[str, Any]] | None = None,
+) -> str:
+    from bench.locomo_ablate import ablation_markdown
+
+    systems = [s for s in [ENGRAMDB, *REFERENCES] if s in summaries]
     diagnostics = [s for s in summaries if s not in systems]
     lines = [
         f"# LoCoMo retrieval — mode `{meta['mode']}`",
@@ -432,6 +534,7 @@ def markdown_report(summaries: dict[str, dict[str, Any]], meta: dict[str, Any]) 
             f"{ing['duplicates']} duplicates; "
             f"mean units returned per query: {mu.get('facts', 0):.1f} facts, {mu.get('events', 0):.1f} events.",
         ]
+    lines += ablation_markdown(ablation or {})
     lines += [
         "",
         f"Evidence: {meta['evidence_repaired']} question(s) had malformed ids repaired, "
@@ -450,7 +553,7 @@ def recall10_chart(summaries: dict[str, dict[str, Any]], path: Path, title: str)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    systems = [s for s in [ENGRAMDB, *BASELINES] if s in summaries]
+    systems = [s for s in [ENGRAMDB, *REFERENCES] if s in summaries]
     cats = [CATEGORY_NAMES[c] for c in SCORED_CATEGORIES] + ["overall"]
     width = 0.8 / max(1, len(systems))
     fig, ax = plt.subplots(figsize=(9, 4.5), dpi=110)
@@ -505,6 +608,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="JSON",
         help="extra retrieve config_overrides, e.g. '{\"recency_half_life_days\": 365}'",
+    )
+    p.add_argument(
+        "--ablate",
+        action="store_true",
+        help="also ask every question once per engramdb stage switched off (same memory)",
     )
     p.add_argument("--skip-engramdb", action="store_true", help="baselines only")
     p.add_argument("--skip-baselines", action="store_true", help="engramdb only")
@@ -578,6 +686,7 @@ def main(argv: list[str] | None = None) -> int:
     embedder = MemoEmbedder(make_embedder(settings))
     run_id = datetime.now(UTC).strftime("%Y%m%d%H%M%S") + "-" + uuid.uuid4().hex[:6]
     summaries: dict[str, dict[str, Any]] = {}
+    ablation: dict[str, dict[str, Any]] = {}
     started = time.perf_counter()
     try:
         if not args.skip_baselines:
@@ -593,12 +702,14 @@ def main(argv: list[str] | None = None) -> int:
                 )
             memory = _open_memory(settings, embedder, extractor)
             try:
-                runs = run_engramdb(
+                runs, ablation = run_engramdb(
                     conversations,
                     memory,
                     run_id=run_id,
                     merge=args.merge,
                     retrieve_overrides=args.retrieve_overrides,
+                    embedder=None if args.skip_baselines else embedder,
+                    ablate=args.ablate,
                 )
             finally:
                 memory.close()
@@ -623,20 +734,25 @@ def main(argv: list[str] | None = None) -> int:
         "merge": args.merge,
         "topk": TOPK,
         "retrieve_overrides": args.retrieve_overrides or {},
+        "ablate": bool(args.ablate),
         "seconds": round(total_s, 1),
         "run_id": run_id,
         "command": "engramdb bench locomo " + " ".join(sys.argv[1:] if argv is None else argv),
     }
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}.md").write_text(markdown_report(summaries, meta), encoding="utf-8")
+    report = markdown_report(summaries, meta, ablation)
+    (out / f"{stem}.md").write_text(report, encoding="utf-8")
+    payload: dict[str, Any] = {"meta": meta, "systems": summaries}
+    if ablation:
+        payload["ablation"] = ablation
     (out / f"{stem}.json").write_text(
-        json.dumps({"meta": meta, "systems": summaries}, indent=2, allow_nan=True), encoding="utf-8"
+        json.dumps(payload, indent=2, allow_nan=True), encoding="utf-8"
     )
     recall10_chart(
         summaries, out / f"{stem}-recall10.png", f"LoCoMo evidence Recall@10 ({meta['mode']})"
     )
-    print(markdown_report(summaries, meta))
+    print(report)
     log(f"done in {total_s:.0f}s; wrote {out / stem}.{{md,json}} and -recall10.png")
     return 0
 
