@@ -28,6 +28,7 @@ from bench.locomo import (
     recall_at_k,
     score_units,
 )
+from bench.locomo_ablate import ABLATIONS, FULL, ablation_markdown, merged_overrides
 from bench.locomo_baselines import BM25Index, DenseIndex, rank_by_scores, rrf
 from bench.locomo_data import (
     normalize_evidence_id,
@@ -36,6 +37,7 @@ from bench.locomo_data import (
     repair_evidence,
     subset,
 )
+from bench.locomo_facts import FactsCosineIndex, StoredFact
 from bench.locomo_observations import ObservationExtractor
 from engramdb.domain.extraction import ConfidenceLevel, ExtractionInput
 from engramdb.infra.providers.scripted import HashEmbedder
@@ -261,6 +263,61 @@ def test_memo_embedder_encodes_each_text_once_with_the_same_vectors() -> None:
     assert (inner.passages, inner.queries) == (2, 1)
 
 
+# ----------------------------------------------------------------------------- references
+
+
+def test_facts_cosine_ranks_subject_fact_units_covering_their_sources() -> None:
+    facts = [
+        StoredFact("f1", "Ada", "has a grey cat named Pixel", frozenset({"D1:1"})),
+        StoredFact("f2", "Bo", "bought a kayak", frozenset({"D1:2", "D2:1"})),
+    ]
+    assert facts[1].unit_text == "Bo: bought a kayak"
+    embedder = CountingHashEmbedder()
+    index = FactsCosineIndex(facts, embedder)
+    assert embedder.passages == 2  # each fact embedded once, on the passage side
+    top = index.rank(embedder.embed_query("Bo kayak"), 20)
+    assert top == [frozenset({"D1:2", "D2:1"}), frozenset({"D1:1"})]
+    assert index.rank(embedder.embed_query("Bo kayak"), 1) == [frozenset({"D1:2", "D2:1"})]
+    assert FactsCosineIndex([], embedder).rank(embedder.embed_query("anything"), 20) == []
+
+
+def test_ablations_switch_each_stage_off_through_retrieve_overrides() -> None:
+    from engramdb.services.retrieve.config import RetrieveConfig
+
+    stages = [a.stage for a in ABLATIONS]
+    assert stages[0] == FULL.stage and FULL.overrides == {}
+    for stage in ("keyword", "graph", "spreading", "recency", "aggregation", "messages"):
+        assert stage in stages
+    assert "planner boosts" in stages
+    base = {"topk_events": 20, "signal_weights": {"graph": 0.3}}
+    for ablation in ABLATIONS:
+        assert ablation.overrides is not None
+        merged = merged_overrides(base, ablation.overrides)
+        RetrieveConfig().with_overrides(merged)  # every switch is a valid override
+    graph_off = merged_overrides(base, {"signal_weights": {"keyword": 0.0}})
+    assert graph_off["signal_weights"] == {"graph": 0.3, "keyword": 0.0}  # merged, not replaced
+    assert merged_overrides(base, {"topk_events": 0})["topk_events"] == 0
+
+
+def test_ablation_table_reports_deltas_and_stages_without_a_switch() -> None:
+    def summary(r10: float) -> dict[str, Any]:
+        metrics = {"n": 1.0, "recall@5": r10, "recall@10": r10, "recall@20": r10, "all@20": r10}
+        cats = ["multi-hop", "temporal", "open-domain", "single-hop", "overall", "adversarial"]
+        return {"by_category": {c: dict(metrics) for c in cats}, "latency_ms": {"p50": 3.0}}
+
+    lines = ablation_markdown(
+        {
+            "none": {"overrides": {}, "exact": True, "note": "all on", "summary": summary(60.0)},
+            "graph": {"overrides": {"x": 1}, "exact": False, "note": "n", "summary": summary(55.5)},
+            "magic": {"overrides": None, "exact": False, "note": "cannot be switched off"},
+        }
+    )
+    table = "\n".join(lines)
+    assert "| graph | 55.5 | 55.5 | -4.5 |" in table and "| partial |" in table
+    assert "| magic |" in table and "no switch" in table
+    assert ablation_markdown({}) == []
+
+
 # ----------------------------------------------------------------------------- extractor
 
 
@@ -355,3 +412,40 @@ def test_smoke_engramdb_observations_on_the_shared_dev_file(tmp_path: Path, pg_u
     assert engram["by_category"]["overall"]["n"] == report["meta"]["questions_overall"] > 0
     assert engram["by_category"]["overall"]["recall@20"] > 0
     assert engram["latency_ms"]["p50"] > 0
+
+
+def test_engramdb_run_adds_facts_cosine_and_the_ablation_table(
+    tmp_path: Path, pg_url: str, fresh_schema: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """End to end on the synthetic conversation (observations mode, hash embedder, its own
+    schema): facts-cosine is scored beside the baselines, and ``--ablate`` asks every
+    question again per stage over the same memory."""
+    schema, _env = fresh_schema("locomo")
+    monkeypatch.setenv("ENGRAMDB_DB_SCHEMA", schema)
+    data = tmp_path / "syn.json"
+    data.write_text(json.dumps([synthetic_sample()]), encoding="utf-8")
+    out = tmp_path / "out"
+    code = main(
+        ["--data", str(data), "--out", str(out), "--embedder", "hash-bow-384"]
+        + ["--database-url", pg_url, "--mode", "observations", "--ablate"]
+    )
+    assert code == 0
+    report = json.loads((out / "locomo-observations.json").read_text())
+    systems = report["systems"]
+    assert {"engramdb", "bm25", "dense", "hybrid-rrf", "facts-cosine"} <= set(systems)
+    facts_cosine = systems["facts-cosine"]
+    assert facts_cosine["facts_indexed"] == 3  # the three observations, one unit each
+    assert facts_cosine["by_category"]["overall"]["n"] == 3
+    rows = {r["qid"]: r for r in facts_cosine["questions"]}
+    assert rows["syn-1#0"]["recall@20"] == 1.0 and rows["syn-1#2"]["recall@20"] == 1.0
+    # the kayak fact cites D1:2 and D2:1; the read model keeps the turn that completed it
+    assert rows["syn-1#1"]["recall@20"] >= 0.5
+    ablation = report["ablation"]
+    assert list(ablation) == [a.stage for a in ABLATIONS]
+    for stage, entry in ablation.items():
+        assert entry["summary"]["by_category"]["overall"]["n"] == 3, stage
+    assert ablation["keyword"]["questions_with_keyword_words"] == 0
+    assert ablation["none"]["questions_with_keyword_words"] > 0
+    markdown = (out / "locomo-observations.md").read_text()
+    assert "| facts-cosine |" in markdown and "## Ablation" in markdown
+    assert "| messages |" in markdown
