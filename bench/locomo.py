@@ -1,4 +1,5 @@
-"""LoCoMo retrieval-quality benchmark: engramdb vs raw-turn BM25 / dense / hybrid baselines.
+"""LoCoMo retrieval-quality benchmark: engramdb vs raw-turn BM25 / dense / hybrid baselines
+and the ``facts-cosine`` reference (plain cosine over the facts engramdb stored).
 
 What it measures: for each question, which share of the gold evidence turns (``dia_id``)
 the top-k retrieved units cover. One agent per conversation; every session is written in
@@ -14,8 +15,17 @@ the ranking retrieve itself implies; ties keep facts first). ``--merge alternate
 (fact 1, event 1, fact 2, …) and fact-only / event-only rankings are also scored and
 kept in the JSON as diagnostics.
 
+``--ablate`` adds one table: engramdb with each retrieve stage switched off in turn, over
+the same ingested memory (``bench/locomo_ablate.py``).
+
+Layout: this module holds the scoring math, the raw-turn baseline run and the CLI (the
+CLI's wiring is why it is a little over 400 lines); engramdb's ingest/ask/reference/
+ablation steps are in ``bench/locomo_engramdb.py``, the tables and chart in
+``bench/locomo_report.py``.
+
 Outputs (in ``--out``): ``locomo-<mode>.md`` (tables), ``locomo-<mode>.json`` (config,
-aggregates, per-question scores keyed by question id — never dataset text) and
+aggregates, per-question scores keyed by question id — never dataset text — and, with
+``--ablate``, an ``ablation`` object per stage) and
 ``locomo-<mode>-recall10.png`` (Recall@10 by category).
 """
 
@@ -31,7 +41,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -288,292 +298,6 @@ def run_baselines(conversations: Sequence[Conversation], embedder: Any) -> dict[
     return runs
 
 
-def ingest_conversation(
-    memory: Any, conv: Conversation, agent_id: str, ingest: dict[str, Any]
-) -> float:
-    """Write every turn of ``conv`` in order as ``agent_id`` and wait for the read models;
-    adds to the ``ingest`` counters and returns the seconds it took."""
-    position: int | None = None
-    start = time.perf_counter()
-    for session in conv.sessions:
-        for turn in session.turns:
-            result = memory.write(
-                agent_id,
-                turn.full_text,
-                speaker=turn.speaker,
-                session_id=session.session_id,
-                occurred_at=session.occurred_at,
-                message_id=turn.dia_id,
-                metadata={"benchmark": "locomo", "sample_id": conv.sample_id},
-            )
-            position = max(position or 0, int(getattr(result, "position", 0) or 0))
-            ingest["messages"] += 1
-            ingest["duplicates"] += int(bool(getattr(result, "duplicate", False)))
-            ingest["extraction_errors"] += int(bool(getattr(result, "extraction_error", None)))
-            ingest["decisions"] += len(getattr(result, "decisions", None) or [])
-    memory.wait_for_projections(position, timeout=900.0)
-    elapsed = time.perf_counter() - start
-    ingest["seconds"] += elapsed
-    return elapsed
-
-
-def run_facts_cosine(
-    memory: Any, conv: Conversation, agent_id: str, embedder: Any, run: SystemRun
-) -> int:
-    """The ``facts-cosine`` reference for one ingested conversation; returns its fact count."""
-    from bench.locomo_facts import FactsCosineIndex, stored_facts
-
-    index = FactsCosineIndex(stored_facts(memory, agent_id), embedder)
-    for q in scorable(conv):
-        t0 = time.perf_counter()
-        units = index.rank(embedder.embed_query(q.question), TOPK)
-        run.add(q, units)
-        run.latencies_ms.append((time.perf_counter() - t0) * 1000.0)
-    return len(index.facts)
-
-
-def run_ablation(
-    conversations: Sequence[Conversation],
-    memory: Any,
-    agent_ids: dict[str, str],
-    *,
-    merge: str,
-    base_overrides: dict[str, Any],
-    on_progress: Callable[[str], None] = log,
-) -> dict[str, dict[str, Any]]:
-    """Every question once per ablation variant, over the already ingested agents."""
-    from bench.locomo_ablate import ABLATIONS, merged_overrides
-
-    out: dict[str, dict[str, Any]] = {}
-    for ablation in ABLATIONS:
-        entry: dict[str, Any] = {
-            "overrides": ablation.overrides,
-            "exact": ablation.exact,
-            "note": ablation.note,
-        }
-        out[ablation.stage] = entry
-        if ablation.overrides is None:
-            continue
-        overrides = merged_overrides(base_overrides, ablation.overrides)
-        run = SystemRun(ablation.run_name)
-        with_words = 0
-        start = time.perf_counter()
-        for conv in conversations:
-            for q in scorable(conv):
-                t0 = time.perf_counter()
-                result = memory.retrieve(
-                    agent_ids[conv.sample_id], q.question, config_overrides=overrides
-                )
-                run.latencies_ms.append((time.perf_counter() - t0) * 1000.0)
-                run.context_tokens.append(len(getattr(result, "context", "") or "") / 4.0)
-                with_words += bool((getattr(result, "trace", None) or {}).get("keyword_words"))
-                run.add(q, merge_units(*units_from_result(result), merge)[:TOPK])
-        entry["questions_with_keyword_words"] = with_words
-        entry["summary"] = run.summary()
-        on_progress(
-            f"ablation: without {ablation.stage}: R@10 "
-            f"{entry['summary']['by_category']['overall']['recall@10']:.1f} "
-            f"({time.perf_counter() - start:.0f}s)"
-        )
-    return out
-
-
-def run_engramdb(
-    conversations: Sequence[Conversation],
-    memory: Any,
-    *,
-    run_id: str,
-    merge: str,
-    retrieve_overrides: dict[str, Any] | None = None,
-    embedder: Any = None,
-    ablate: bool = False,
-    on_progress: Callable[[str], None] = log,
-) -> tuple[dict[str, SystemRun], dict[str, dict[str, Any]]]:
-    """Ingest each conversation as one agent, then ask its questions. Returns the headline
-    run (``engramdb``, merged with ``merge``), one diagnostic run per other merge and, with
-    ``embedder``, the ``facts-cosine`` reference over the same stored facts; plus, with
-    ``ablate``, the ablation table's entries (asked after every conversation is in)."""
-    runs = {m: SystemRun(ENGRAMDB if m == merge else f"{ENGRAMDB}[{m}]") for m in MERGES}
-    headline = runs[merge]
-    facts_cosine = SystemRun(FACTS_COSINE) if embedder is not None else None
-    overrides: dict[str, Any] = {"topk_facts": TOPK, "topk_events": TOPK, "enable_reranker": False}
-    overrides.update(retrieve_overrides or {})
-    ingest: dict[str, Any] = {
-        "messages": 0,
-        "seconds": 0.0,
-        "extraction_errors": 0,
-        "duplicates": 0,
-        "decisions": 0,
-    }
-    units_seen = {"facts": 0, "events": 0, "queries": 0}
-    agent_ids: dict[str, str] = {}
-    n_facts = 0
-    for conv in conversations:
-        agent_id = agent_ids[conv.sample_id] = f"locomo-{conv.sample_id}-{run_id}"
-        elapsed = ingest_conversation(memory, conv, agent_id, ingest)
-        on_progress(
-            f"engramdb: {conv.sample_id} ingested {len(conv.turns)} turns in {elapsed:.0f}s; asking "
-            f"{len(scorable(conv))} questions"
-        )
-        for q in scorable(conv):
-            t0 = time.perf_counter()
-            result = memory.retrieve(agent_id, q.question, config_overrides=overrides)
-            latency = (time.perf_counter() - t0) * 1000.0
-            facts, events = units_from_result(result)
-            units_seen["facts"] += len(facts)
-            units_seen["events"] += len(events)
-            units_seen["queries"] += 1
-            tokens = len(getattr(result, "context", "") or "") / 4.0
-            for how, run in runs.items():
-                run.add(q, merge_units(facts, events, how)[:TOPK])
-                run.latencies_ms.append(latency)
-                run.context_tokens.append(tokens)
-        if facts_cosine is not None:
-            n_facts += run_facts_cosine(memory, conv, agent_id, embedder, facts_cosine)
-    ingest["seconds"] = round(ingest["seconds"], 1)
-    n_queries = max(1, units_seen["queries"])
-    headline.extra["ingest"] = ingest
-    headline.extra["mean_units_returned"] = {
-        "facts": units_seen["facts"] / n_queries,
-        "events": units_seen["events"] / n_queries,
-    }
-    if facts_cosine is not None:
-        facts_cosine.extra["facts_indexed"] = n_facts
-        runs[FACTS_COSINE] = facts_cosine
-    ablation = (
-        run_ablation(
-            conversations,
-            memory,
-            agent_ids,
-            merge=merge,
-            base_overrides=overrides,
-            on_progress=on_progress,
-        )
-        if ablate
-        else {}
-    )
-    return runs, ablation
-
-
-# ----------------------------------------------------------------------------- outputs
-
-
-def _fmt(x: float) -> str:
-    return "—" if x != x else f"{x:.1f}"  # NaN → em dash
-
-
-def markdown_report(
-    summaries: dict[str, dict[str, Any]],
-    meta: dict[str, Any],
-    ablation: dict[str, dict[str, Any]] | None = None,
-) -> str:
-    from bench.locomo_ablate import ablation_markdown
-
-    systems = [s for s in [ENGRAMDB, *REFERENCES] if s in summaries]
-    diagnostics = [s for s in summaries if s not in systems]
-    lines = [
-        f"# LoCoMo retrieval — mode `{meta['mode']}`",
-        "",
-        f"Data: `{meta['data_name']}` — {meta['conversations']} conversation(s), "
-        f"{meta['questions_scored']} scored questions (categories 1–4: {meta['questions_overall']}), "
-        f"embedder `{meta['embedder']}`, engramdb merge `{meta['merge']}`, top-k {TOPK}, reranker off"
-        + (
-            f", overrides `{json.dumps(meta['retrieve_overrides'])}`"
-            if meta.get("retrieve_overrides")
-            else ""
-        )
-        + ".",
-        "",
-        "## Overall (categories 1–4)",
-        "",
-        "| system | n | R@5 | R@10 | R@20 | All@20 | ctx tokens/query | p50 ms | p95 ms |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for name in systems + diagnostics:
-        s = summaries[name]
-        o = s["by_category"]["overall"]
-        lat = s.get("latency_ms", {})
-        ctx = s.get("context_tokens", {})
-        lines.append(
-            f"| {name} | {int(o['n'])} | {_fmt(o['recall@5'])} | {_fmt(o['recall@10'])} | "
-            f"{_fmt(o['recall@20'])} | {_fmt(o['all@20'])} | {_fmt(ctx.get('mean', float('nan')))} | "
-            f"{_fmt(lat.get('p50', float('nan')))} | {_fmt(lat.get('p95', float('nan')))} |"
-        )
-    cats = [CATEGORY_NAMES[c] for c in SCORED_CATEGORIES] + ["overall", CATEGORY_NAMES[5]]
-    lines += [
-        "",
-        "## Recall@10 by category",
-        "",
-        "| system | " + " | ".join(cats) + " |",
-        "|---|" + "---:|" * len(cats),
-    ]
-    for name in systems:
-        by = summaries[name]["by_category"]
-        lines.append(f"| {name} | " + " | ".join(_fmt(by[c]["recall@10"]) for c in cats) + " |")
-    lines += [
-        "",
-        "## Every metric by category",
-        "",
-        "| category | system | n | R@5 | R@10 | R@20 | All@20 |",
-        "|---|---|---:|---:|---:|---:|---:|",
-    ]
-    for cat in cats:
-        for name in systems:
-            r = summaries[name]["by_category"][cat]
-            lines.append(
-                f"| {cat} | {name} | {int(r['n'])} | {_fmt(r['recall@5'])} | {_fmt(r['recall@10'])} | "
-                f"{_fmt(r['recall@20'])} | {_fmt(r['all@20'])} |"
-            )
-    if ENGRAMDB in summaries and "ingest" in summaries[ENGRAMDB]:
-        ing = summaries[ENGRAMDB]["ingest"]
-        mu = summaries[ENGRAMDB].get("mean_units_returned", {})
-        lines += [
-            "",
-            f"engramdb ingest: {ing['messages']} messages in {ing['seconds']} s, "
-            f"{ing['decisions']} decisions, {ing['extraction_errors']} extraction errors, "
-            f"{ing['duplicates']} duplicates; "
-            f"mean units returned per query: {mu.get('facts', 0):.1f} facts, {mu.get('events', 0):.1f} events.",
-        ]
-    lines += ablation_markdown(ablation or {})
-    lines += [
-        "",
-        f"Evidence: {meta['evidence_repaired']} question(s) had malformed ids repaired, "
-        f"{meta['evidence_skipped']} id(s) naming no turn were skipped, "
-        f"{meta['questions_unscorable']} question(s) without any valid id were not scored.",
-        "",
-        f"Command: `{meta['command']}`",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-def recall10_chart(summaries: dict[str, dict[str, Any]], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    systems = [s for s in [ENGRAMDB, *REFERENCES] if s in summaries]
-    cats = [CATEGORY_NAMES[c] for c in SCORED_CATEGORIES] + ["overall"]
-    width = 0.8 / max(1, len(systems))
-    fig, ax = plt.subplots(figsize=(9, 4.5), dpi=110)
-    for i, name in enumerate(systems):
-        values = [summaries[name]["by_category"][c]["recall@10"] for c in cats]
-        xs = [j + (i - (len(systems) - 1) / 2) * width for j in range(len(cats))]
-        bars = ax.bar(xs, [0 if v != v else v for v in values], width, label=name)
-        ax.bar_label(bars, labels=[_fmt(v) for v in values], fontsize=7, padding=1)
-    ax.set_xticks(range(len(cats)), cats)
-    ax.set_ylabel("evidence Recall@10 (%)")
-    ax.set_ylim(0, 100)
-    ax.set_title(title)
-    ax.legend(loc="upper left", fontsize=8, ncols=len(systems))
-    ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-
-
 # ----------------------------------------------------------------------------- CLI
 
 
@@ -702,6 +426,8 @@ def main(argv: list[str] | None = None) -> int:
                 )
             memory = _open_memory(settings, embedder, extractor)
             try:
+                from bench.locomo_engramdb import run_engramdb
+
                 runs, ablation = run_engramdb(
                     conversations,
                     memory,
@@ -741,6 +467,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
+    from bench.locomo_report import markdown_report, recall10_chart
+
     report = markdown_report(summaries, meta, ablation)
     (out / f"{stem}.md").write_text(report, encoding="utf-8")
     payload: dict[str, Any] = {"meta": meta, "systems": summaries}

@@ -1,0 +1,197 @@
+"""engramdb's side of the LoCoMo run: ingest, ask, the facts-cosine reference, the ablation.
+
+Why a module of its own: these are the steps that need a live ``Memory`` (a database, the
+write pipeline, the projections); ``bench/locomo.py`` keeps the scoring math, the raw-turn
+baselines and the CLI, which run without one.
+
+Order of work: each conversation is ingested as one agent and its questions asked at once
+(the headline run, with every merge); ``facts-cosine`` reads the facts that agent now holds.
+The ablation waits until every conversation is in, then asks every question once per
+variant — so all its rows, the all-on ``none`` row included, see the same memory.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from bench.locomo import (
+    ENGRAMDB,
+    FACTS_COSINE,
+    MERGES,
+    TOPK,
+    SystemRun,
+    log,
+    merge_units,
+    scorable,
+    units_from_result,
+)
+from bench.locomo_data import Conversation
+
+
+def ingest_conversation(
+    memory: Any, conv: Conversation, agent_id: str, ingest: dict[str, Any]
+) -> float:
+    """Write every turn of ``conv`` in order as ``agent_id`` and wait for the read models;
+    adds to the ``ingest`` counters and returns the seconds it took."""
+    position: int | None = None
+    start = time.perf_counter()
+    for session in conv.sessions:
+        for turn in session.turns:
+            result = memory.write(
+                agent_id,
+                turn.full_text,
+                speaker=turn.speaker,
+                session_id=session.session_id,
+                occurred_at=session.occurred_at,
+                message_id=turn.dia_id,
+                metadata={"benchmark": "locomo", "sample_id": conv.sample_id},
+            )
+            position = max(position or 0, int(getattr(result, "position", 0) or 0))
+            ingest["messages"] += 1
+            ingest["duplicates"] += int(bool(getattr(result, "duplicate", False)))
+            ingest["extraction_errors"] += int(bool(getattr(result, "extraction_error", None)))
+            ingest["decisions"] += len(getattr(result, "decisions", None) or [])
+    memory.wait_for_projections(position, timeout=900.0)
+    elapsed = time.perf_counter() - start
+    ingest["seconds"] += elapsed
+    return elapsed
+
+
+def run_facts_cosine(
+    memory: Any, conv: Conversation, agent_id: str, embedder: Any, run: SystemRun
+) -> int:
+    """The ``facts-cosine`` reference for one ingested conversation; returns its fact count."""
+    from bench.locomo_facts import FactsCosineIndex, stored_facts
+
+    index = FactsCosineIndex(stored_facts(memory, agent_id), embedder)
+    for q in scorable(conv):
+        t0 = time.perf_counter()
+        units = index.rank(embedder.embed_query(q.question), TOPK)
+        run.add(q, units)
+        run.latencies_ms.append((time.perf_counter() - t0) * 1000.0)
+    return len(index.facts)
+
+
+def run_ablation(
+    conversations: Sequence[Conversation],
+    memory: Any,
+    agent_ids: dict[str, str],
+    *,
+    merge: str,
+    base_overrides: dict[str, Any],
+    on_progress: Callable[[str], None] = log,
+) -> dict[str, dict[str, Any]]:
+    """Every question once per ablation variant, over the already ingested agents."""
+    from bench.locomo_ablate import ABLATIONS, merged_overrides
+
+    out: dict[str, dict[str, Any]] = {}
+    for ablation in ABLATIONS:
+        entry: dict[str, Any] = {
+            "overrides": ablation.overrides,
+            "exact": ablation.exact,
+            "note": ablation.note,
+        }
+        out[ablation.stage] = entry
+        if ablation.overrides is None:
+            continue
+        overrides = merged_overrides(base_overrides, ablation.overrides)
+        run = SystemRun(ablation.run_name)
+        with_words = 0
+        start = time.perf_counter()
+        for conv in conversations:
+            for q in scorable(conv):
+                t0 = time.perf_counter()
+                result = memory.retrieve(
+                    agent_ids[conv.sample_id], q.question, config_overrides=overrides
+                )
+                run.latencies_ms.append((time.perf_counter() - t0) * 1000.0)
+                run.context_tokens.append(len(getattr(result, "context", "") or "") / 4.0)
+                with_words += bool((getattr(result, "trace", None) or {}).get("keyword_words"))
+                run.add(q, merge_units(*units_from_result(result), merge)[:TOPK])
+        entry["questions_with_keyword_words"] = with_words
+        entry["summary"] = run.summary()
+        on_progress(
+            f"ablation: without {ablation.stage}: R@10 "
+            f"{entry['summary']['by_category']['overall']['recall@10']:.1f} "
+            f"({time.perf_counter() - start:.0f}s)"
+        )
+    return out
+
+
+def run_engramdb(
+    conversations: Sequence[Conversation],
+    memory: Any,
+    *,
+    run_id: str,
+    merge: str,
+    retrieve_overrides: dict[str, Any] | None = None,
+    embedder: Any = None,
+    ablate: bool = False,
+    on_progress: Callable[[str], None] = log,
+) -> tuple[dict[str, SystemRun], dict[str, dict[str, Any]]]:
+    """Ingest each conversation as one agent, then ask its questions. Returns the headline
+    run (``engramdb``, merged with ``merge``), one diagnostic run per other merge and, with
+    ``embedder``, the ``facts-cosine`` reference over the same stored facts; plus, with
+    ``ablate``, the ablation table's entries (asked after every conversation is in)."""
+    runs = {m: SystemRun(ENGRAMDB if m == merge else f"{ENGRAMDB}[{m}]") for m in MERGES}
+    headline = runs[merge]
+    facts_cosine = SystemRun(FACTS_COSINE) if embedder is not None else None
+    overrides: dict[str, Any] = {"topk_facts": TOPK, "topk_events": TOPK, "enable_reranker": False}
+    overrides.update(retrieve_overrides or {})
+    ingest: dict[str, Any] = {
+        "messages": 0,
+        "seconds": 0.0,
+        "extraction_errors": 0,
+        "duplicates": 0,
+        "decisions": 0,
+    }
+    units_seen = {"facts": 0, "events": 0, "queries": 0}
+    agent_ids: dict[str, str] = {}
+    n_facts = 0
+    for conv in conversations:
+        agent_id = agent_ids[conv.sample_id] = f"locomo-{conv.sample_id}-{run_id}"
+        elapsed = ingest_conversation(memory, conv, agent_id, ingest)
+        on_progress(
+            f"engramdb: {conv.sample_id} ingested {len(conv.turns)} turns in {elapsed:.0f}s; asking "
+            f"{len(scorable(conv))} questions"
+        )
+        for q in scorable(conv):
+            t0 = time.perf_counter()
+            result = memory.retrieve(agent_id, q.question, config_overrides=overrides)
+            latency = (time.perf_counter() - t0) * 1000.0
+            facts, events = units_from_result(result)
+            units_seen["facts"] += len(facts)
+            units_seen["events"] += len(events)
+            units_seen["queries"] += 1
+            tokens = len(getattr(result, "context", "") or "") / 4.0
+            for how, run in runs.items():
+                run.add(q, merge_units(facts, events, how)[:TOPK])
+                run.latencies_ms.append(latency)
+                run.context_tokens.append(tokens)
+        if facts_cosine is not None:
+            n_facts += run_facts_cosine(memory, conv, agent_id, embedder, facts_cosine)
+    ingest["seconds"] = round(ingest["seconds"], 1)
+    n_queries = max(1, units_seen["queries"])
+    headline.extra["ingest"] = ingest
+    headline.extra["mean_units_returned"] = {
+        "facts": units_seen["facts"] / n_queries,
+        "events": units_seen["events"] / n_queries,
+    }
+    if facts_cosine is not None:
+        facts_cosine.extra["facts_indexed"] = n_facts
+        runs[FACTS_COSINE] = facts_cosine
+    ablation = (
+        run_ablation(
+            conversations,
+            memory,
+            agent_ids,
+            merge=merge,
+            base_overrides=overrides,
+            on_progress=on_progress,
+        )
+        if ablate
+        else {}
+    )
+    return runs, ablation
