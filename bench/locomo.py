@@ -18,10 +18,10 @@ kept in the JSON as diagnostics.
 ``--ablate`` adds one table: engramdb with each retrieve stage switched off in turn, over
 the same ingested memory (``bench/locomo_ablate.py``).
 
-Layout: this module holds the scoring math, the raw-turn baseline run and the CLI (the
-CLI's wiring is why it is a little over 400 lines); engramdb's ingest/ask/reference/
-ablation steps are in ``bench/locomo_engramdb.py``, the tables and chart in
-``bench/locomo_report.py``.
+Layout: this module holds the scoring math, the raw-turn baseline run and the CLI;
+engramdb's ingest/ask/reference/ablation steps are in ``bench/locomo_engramdb.py``, the
+tables and chart in ``bench/locomo_report.py``. Why this module is long: the CLI's wiring
+(options, throwaway server, outputs) is ~190 lines that only make sense beside the run.
 
 Outputs (in ``--out``): ``locomo-<mode>.md`` (tables), ``locomo-<mode>.json`` (config,
 aggregates, per-question scores keyed by question id — never dataset text — and, with
