@@ -26,16 +26,15 @@ from engramdb.domain.extraction import (
 from engramdb.domain.text import (
     NAME_WORD_PATTERN,
     NAME_WORD_RE,
-    STOPWORDS_EXTRACTION,
     fold_case,
     is_greeting_sentence,
 )
 from engramdb.services.extraction.port import ExtractionOutcome
+from engramdb.services.extraction.rule_based.clauses import split_clauses
 from engramdb.services.extraction.rule_based.grammar import (
     job_title,
     leading_name,
     rewrite_first_person,
-    strip_possessive,
 )
 from engramdb.services.extraction.rule_based.known import (
     canonical_name,
@@ -44,20 +43,25 @@ from engramdb.services.extraction.rule_based.known import (
     known_type,
 )
 from engramdb.services.extraction.rule_based.lexicon import (
-    CONNECTORS,
-    NAME_FOLLOWERS,
     RELATIONS,
 )
+from engramdb.services.extraction.rule_based.names import names_in, type_of
+from engramdb.services.extraction.rule_based.negations import merge_negations
 from engramdb.services.extraction.rule_based.patterns import (
     ATTRIBUTE_PATTERNS,
     CATEGORY_HINTS,
     FIRST_PERSON,
     FIRST_PERSON_I,
-    NAME,
     NEGATIONS,
     REL_PATTERNS,
     SENTENCE_SPLIT,
     AttributePattern,
+)
+from engramdb.services.extraction.rule_based.speech_acts import (
+    matching_known_fact,
+    retraction_request,
+    same_person,
+    self_introduction,
 )
 
 OFFLINE_NOTICE = (
@@ -74,6 +78,11 @@ class _Collected:
     facts: list[ExtractedFact] = field(default_factory=list)
     entities: dict[str, ExtractedEntity] = field(default_factory=dict)  # folded name -> entity
     relationships: dict[tuple[str, str, str], ExtractedRelationship] = field(default_factory=dict)
+    sources: list[str] = field(default_factory=list)  # the clause each fact was read from
+
+    def add(self, fact: ExtractedFact, source: str) -> None:
+        self.facts.append(fact)
+        self.sources.append(source)
 
     def entity(self, name: str, entity_type: str) -> str:
         key = fold_case(name)
@@ -124,88 +133,76 @@ class RuleBasedExtractor:
         out = _Collected()
         forms = known_forms(request.known_entities)
         for raw_sentence in SENTENCE_SPLIT.split(request.text.strip()):
-            if len(out.facts) >= request.max_facts:
-                break
             sentence = " ".join(raw_sentence.split()).strip(" \"'“”‘’-–—")
             if not sentence:
                 continue
-            fact = self._sentence_fact(sentence, request, self_name, forms, out)
-            if fact is not None:
-                out.facts.append(fact)
+            statement = retraction_request(sentence)
+            if statement is not None:
+                # An act, not a statement: it retracts, it is never stored as a fact.
+                for fact in self._retractions(statement, request, self_name, forms, out):
+                    out.add(fact, "")
+                continue
+            for clause in split_clauses(sentence):
+                intro = self_introduction(clause)
+                if intro is not None and same_person(intro[0], self_name):
+                    continue  # "Eu sou o João" said by João: nothing new, and no tautology
+                if intro is not None and intro[1]:
+                    out.add(self._introduction(clause, self_name, out), clause)
+                    continue
+                fact = self._sentence_fact(clause, request, self_name, forms, out)
+                if fact is not None:
+                    out.add(fact, clause)
+        facts = merge_negations(out.facts, out.sources)
         return Extraction(
-            facts=out.facts[: max(request.max_facts, 0)],
+            facts=facts[: max(request.max_facts, 0)],
             entities=list(out.entities.values()),
             relationships=list(out.relationships.values()),
         )
 
-    def _names(
+    def _retractions(
         self,
-        sentence: str,
+        statement: str,
+        request: ExtractionInput,
         self_name: str,
         forms: list[tuple[re.Pattern[str], KnownEntity]],
-    ) -> list[tuple[str, str, int]]:
-        """(name, entity_type, position) of entities in the sentence, in order of appearance."""
-        found: list[tuple[str, str, int]] = []
-        taken: list[tuple[int, int]] = []
-
-        def free(start: int, end: int) -> bool:
-            return all(end <= s or start >= e for s, e in taken)
-
-        for regex, ent in forms:
-            for m in regex.finditer(sentence):
-                if free(m.start(), m.end()):
-                    taken.append((m.start(), m.end()))
-                    found.append((ent.display_name, ent.entity_type, m.start()))
-        for m in re.finditer(NAME, sentence):
-            tokens = list(re.finditer(r"\S+", m.group(0)))
-            # Drop stopword tokens at the edges ("My", "The", trailing "I").
-            while tokens and strip_possessive(tokens[0].group(0)).lower() in STOPWORDS_EXTRACTION:
-                tokens.pop(0)
-            while (
-                len(tokens) > 1
-                and strip_possessive(tokens[-1].group(0)).lower() in STOPWORDS_EXTRACTION
-                and tokens[-2].group(0).lower() not in CONNECTORS
-            ) or (
-                len(tokens) == 1
-                and strip_possessive(tokens[0].group(0)).lower() in STOPWORDS_EXTRACTION
-            ):
-                tokens.pop()
-            if not tokens:
+        out: _Collected,
+    ) -> list[ExtractedFact]:
+        """RETRACTs for "forget that <statement>": of the known fact it names, else of the
+        fact with the same text (reconciliation finds it by fingerprint, or rejects)."""
+        facts: list[ExtractedFact] = []
+        for clause in split_clauses(statement):
+            first_person = bool(FIRST_PERSON_I.search(clause) or FIRST_PERSON.search(clause))
+            names = names_in(clause, self_name, forms)
+            subject = self_name if first_person else (names[0][0] if names else None)
+            if subject is None:
                 continue
-            start = m.start() + tokens[0].start()
-            end = m.start() + tokens[-1].end()
-            name = strip_possessive(sentence[start:end])
-            if not free(start, end) or fold_case(name) == fold_case(self_name):
-                continue
-            if start == 0 and not self._initial_is_name(sentence, name, end):
-                continue
-            entity_type = self._guess_type(sentence, start)
-            taken.append((start, end))
-            found.append((name, entity_type, start))
-        found.sort(key=lambda item: item[2])
-        return found
+            subject = canonical_name(subject, forms)
+            text = rewrite_first_person(clause, request.speaker if subject == self_name else None)
+            known = matching_known_fact(request, subject, text)
+            facts.append(
+                ExtractedFact(
+                    text=text[:2000],
+                    action="RETRACT",
+                    target_fact_id=None if known is None else known.fact_id,
+                    entity=out.entity(subject, type_of(subject, names)),
+                    attribute_key=None if known is None else known.attribute_key,
+                    category="personal",
+                    confidence_level=ConfidenceLevel.explicit_statement,
+                )
+            )
+        return facts
 
     @staticmethod
-    def _initial_is_name(sentence: str, name: str, end: int) -> bool:
-        """A sentence-initial capitalised word is a name only with some evidence."""
-        if " " in name:
-            return True  # multi-word capitalised sequence ("Porto Alegre is lovely")
-        if name.lower().endswith(("ing", "ndo")):
-            return False
-        following = sentence[end:].lstrip(" ,")
-        if re.match(r"['’]s\b", sentence[end:]):
-            return True
-        next_word = following.split(" ", 1)[0].lower() if following else ""
-        return next_word in NAME_FOLLOWERS
-
-    @staticmethod
-    def _guess_type(sentence: str, start: int) -> str:
-        before = sentence[:start].rstrip().rsplit(" ", 1)[-1].lower() if start else ""
-        if before in {"in", "to", "from", "em", "para", "pra", "de", "near", "visited", "visitei"}:
-            return "place"
-        if before in {"at", "na", "no", "pela", "pelo", "joined"}:
-            return "organization"
-        return "person"
+    def _introduction(clause: str, self_name: str, out: _Collected) -> ExtractedFact:
+        """A self-introduction ("Eu sou o João") by a speaker not known by that name: the
+        speaker's name, kept verbatim (rewritten to the speaker it would read "user é o João")."""
+        return ExtractedFact(
+            text=clause[:2000],
+            entity=out.entity(self_name, "person"),
+            attribute_key="name",
+            category="personal",
+            confidence_level=ConfidenceLevel.explicit_statement,
+        )
 
     def _subject_before(
         self, sentence: str, pos: int, names: list[tuple[str, str, int]], first_person: bool
@@ -268,7 +265,7 @@ class RuleBasedExtractor:
             return None
         short = len(NAME_WORD_RE.findall(sentence)) < 3
         first_person = bool(FIRST_PERSON_I.search(sentence) or FIRST_PERSON.search(sentence))
-        names = self._names(sentence, self_name, forms)
+        names = names_in(sentence, self_name, forms)
         if not first_person and not names:
             return None
 
@@ -328,7 +325,7 @@ class RuleBasedExtractor:
             return None  # "Sou casado." is worth keeping; "I see." is not
         if subject is None:
             subject = names[0][0]
-        subject = out.entity(canonical_name(subject, forms), self._type_of(subject, names))
+        subject = out.entity(canonical_name(subject, forms), type_of(subject, names))
         if obj_name:
             obj_type = known_type(obj_name, forms) or obj_type or "other"
             obj_name = out.entity(canonical_name(obj_name, forms), obj_type)
@@ -357,10 +354,3 @@ class RuleBasedExtractor:
             category=category,
             confidence_level=confidence,
         )
-
-    @staticmethod
-    def _type_of(name: str, names: list[tuple[str, str, int]]) -> str:
-        for other, entity_type, _ in names:
-            if fold_case(other) == fold_case(name):
-                return entity_type
-        return "person"

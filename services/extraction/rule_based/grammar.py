@@ -115,7 +115,10 @@ def rewrite_first_person(sentence: str, speaker: str | None) -> str:
         else:
             verb = en.group("verb")
             adverb = ""
-            if verb.lower() in EN_ADVERBS:
+            longer = re.match(r"\s+longer\s+(?P<verb>[\w’']+)(?P<rest>.*)$", rest)
+            if verb.lower() == "no" and longer:  # "I no longer work at…"
+                verb, rest, adverb = longer.group("verb"), longer.group("rest"), "no longer "
+            elif verb.lower() in EN_ADVERBS:
                 nxt = re.match(r"\s+(?P<verb>[\w’']+)(?P<rest>.*)$", rest)
                 if not nxt:
                     return sentence
@@ -130,7 +133,9 @@ def rewrite_first_person(sentence: str, speaker: str | None) -> str:
             return sentence
         return f"{speaker} {head}{rest}"
     pt = re.match(
-        r"^(?:[Ee]u\s+)?(?P<refl>[Mm]e\s+)?(?P<verb>[\wçãéáíóúêâô]+)(?P<rest>.*)$", sentence
+        r"^(?:[Ee]u\s+)?(?P<adv>(?:[Aa]gora|[Tt]ambém|[Jj]á|[Aa]tualmente|[Aa]inda)\s+)?"
+        r"(?P<neg>[Nn]ão\s+)?(?P<refl>[Mm]e\s+)?(?P<verb>[\wçãéáíóúêâô]+)(?P<rest>.*)$",
+        sentence,
     )
     if pt:
         verb = pt.group("verb").lower()
@@ -149,5 +154,6 @@ def rewrite_first_person(sentence: str, speaker: str | None) -> str:
         if re.search(r"\b(?:eu|meu|minha|meus|minhas|me|mim|comigo)\b", rest, re.IGNORECASE):
             return sentence
         refl = "se " if pt.group("refl") else ""
-        return f"{speaker} {refl}{third}{rest}"
+        head = (pt.group("adv") or "").lower() + (pt.group("neg") or "").lower()
+        return f"{speaker} {head}{refl}{third}{rest}"
     return sentence

@@ -146,6 +146,10 @@ EN_IRREGULAR = {
     "'ve": "has",
     "’ve": "has",
     "do": "does",
+    "don't": "doesn't",
+    "don’t": "doesn’t",
+    "didn't": "didn't",
+    "didn’t": "didn’t",
     "go": "goes",
     "was": "was",
 }
