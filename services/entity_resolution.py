@@ -30,6 +30,7 @@ from engramdb.domain.resolution import (
 )
 from engramdb.infra.llm_timeout import call_with_timeout
 from engramdb.infra.prompt_files import PromptTemplate, load_prompt
+from engramdb.services.llm_budget import resolution_max_tokens
 
 log = logging.getLogger(__name__)
 
@@ -192,11 +193,15 @@ class EntityResolver:
         )
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         llm = self.llm
+        max_tokens = resolution_max_tokens(candidates)
         memo.llm_calls += 1
         try:
             raw = call_with_timeout(
                 lambda: llm.complete(
-                    messages, temperature=0, response_format=resolution_response_format(candidates), max_tokens=60
+                    messages,
+                    temperature=0,
+                    response_format=resolution_response_format(candidates),
+                    max_tokens=max_tokens,
                 ),
                 self.timeout_sec,
                 name="engramdb-llm-resolve",

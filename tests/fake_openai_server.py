@@ -28,6 +28,10 @@ names lowercased).
   requests (all requests when ``slow_first`` is None) - to trigger client timeouts.
 * ``embed``: ``(texts, dimensions | None) -> list[list[float]]`` for ``POST /v1/embeddings``;
   default: the ``HashEmbedder`` test double (384-d, or ``dimensions`` if requested).
+
+Like a real server it honours ``max_tokens`` / ``max_completion_tokens``: an answer longer
+than that many tokens (counted as 4 characters each, the project's ``approx_tokens``) is
+cut there and sent with ``finish_reason: "length"``.
 """
 
 from __future__ import annotations
@@ -154,6 +158,10 @@ def _make_handler(state: _State) -> type[BaseHTTPRequestHandler]:
                     return
                 answer = state.script[key]
             content = answer if isinstance(answer, str) else json.dumps(answer)
+            finish_reason = "stop"
+            limit = body.get("max_tokens") or body.get("max_completion_tokens")
+            if isinstance(limit, int) and len(content) > 4 * limit:
+                content, finish_reason = content[: 4 * limit], "length"
             self._send(
                 200,
                 {
@@ -165,7 +173,7 @@ def _make_handler(state: _State) -> type[BaseHTTPRequestHandler]:
                         {
                             "index": 0,
                             "message": {"role": "assistant", "content": content},
-                            "finish_reason": "stop",
+                            "finish_reason": finish_reason,
                             "logprobs": None,
                         }
                     ],

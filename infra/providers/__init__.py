@@ -16,6 +16,7 @@ from engramdb.infra.providers.errors import (
     ProviderError,
     ProviderRateLimited,
     ProviderTimeout,
+    ProviderTruncated,
     ProviderUnavailable,
 )
 from engramdb.infra.providers.factory import make_embedder, make_llm
@@ -36,6 +37,7 @@ __all__ = [
     "ProviderError",
     "ProviderRateLimited",
     "ProviderTimeout",
+    "ProviderTruncated",
     "ProviderUnavailable",
     "ScriptedLLM",
     "make_embedder",

@@ -32,6 +32,20 @@ class ProviderBadResponse(ProviderError):
     """The endpoint answered 2xx but without usable content (refusal, empty choices...)."""
 
 
+class ProviderTruncated(ProviderBadResponse):
+    """The answer was cut at ``max_tokens`` (``finish_reason == "length"``).
+
+    Raised rather than returned because a cut answer is not the answer: a caller parsing it
+    would at best fail on broken JSON, at worst accept a valid-looking prefix (a list that
+    ends early). Not retried: the same request would be cut the same way. The partial text
+    is kept in ``partial_output`` so a caller can record it (no model output is lost).
+    """
+
+    def __init__(self, message: str, partial_output: str) -> None:
+        super().__init__(message)
+        self.partial_output = partial_output
+
+
 class ProviderUnavailable(ProviderError):
     """The provider cannot be built here: a missing optional package or model file."""
 

@@ -13,7 +13,11 @@ from typing import Any
 
 import openai
 
-from engramdb.infra.providers.errors import ProviderBadResponse, call_with_retries
+from engramdb.infra.providers.errors import (
+    ProviderBadResponse,
+    ProviderTruncated,
+    call_with_retries,
+)
 
 #: Placeholder key for local endpoints that ignore authentication; the ``openai`` client
 #: refuses to start without one.
@@ -25,6 +29,8 @@ class OpenAILLM:
 
     ``response_format`` is forwarded verbatim (e.g. ``{"type": "json_schema", "json_schema":
     {...}}``) - validating the JSON is the caller's job, because only it knows the schema.
+    An answer cut at ``max_tokens`` (``finish_reason == "length"``) raises
+    :class:`ProviderTruncated` carrying the partial text.
     """
 
     def __init__(
@@ -85,7 +91,13 @@ class OpenAILLM:
         )
         if not response.choices:
             raise ProviderBadResponse(f"{self.name}: response has no choices")
-        message = response.choices[0].message
+        choice = response.choices[0]
+        message = choice.message
+        if choice.finish_reason == "length":
+            raise ProviderTruncated(
+                f"{self.name}: answer cut at max_tokens={max_tokens} (finish_reason=length)",
+                message.content or "",
+            )
         if message.content is None:
             refusal = getattr(message, "refusal", None)
             raise ProviderBadResponse(f"{self.name}: no content (refusal={refusal!r})")

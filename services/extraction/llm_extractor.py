@@ -13,7 +13,13 @@ Why it is built this way:
   give an empty extraction plus an error text. Invalid facts are dropped one by one, so a
   single bad item does not cost the whole message.
 * **Versioned prompt** — the prompt lives in ``infra/prompts/<name>_<version>.md`` and its
-  version string is reported in :attr:`LLMExtractor.info` for provenance.
+  version string is reported in :attr:`LLMExtractor.info` for provenance. ``extraction/v2``
+  (default) adds retraction requests, compound sentences and self-introductions to v1,
+  which stays loadable.
+* **Bounded output** — every call passes ``max_tokens`` sized from the schema and the
+  message's fact cap (``services/llm_budget.py``); the prompt states the same cap. An
+  answer cut at the bound fails like any malformed answer: empty extraction, the error
+  and the partial raw output recorded with the message.
 """
 
 from __future__ import annotations
@@ -41,8 +47,9 @@ from engramdb.infra.llm_timeout import call_with_timeout
 from engramdb.infra.prompt_files import PromptTemplate
 from engramdb.infra.prompt_files import load_prompt as _load_prompt
 from engramdb.services.extraction.port import ExtractionOutcome
+from engramdb.services.llm_budget import extraction_fact_cap, extraction_max_tokens
 
-DEFAULT_PROMPT_VERSION = "extraction/v1"
+DEFAULT_PROMPT_VERSION = "extraction/v2"
 CONTEXT_TOKEN_BUDGET = 800
 SCHEMA_NAME = "engramdb_extraction"
 
@@ -58,7 +65,7 @@ _FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)
 
 
 def load_prompt(version: str = DEFAULT_PROMPT_VERSION) -> PromptTemplate:
-    """The extraction prompt (``infra/prompts/extraction_v1.md`` by default)."""
+    """The extraction prompt (``infra/prompts/extraction_v2.md`` by default)."""
     return _load_prompt(version)
 
 
@@ -153,7 +160,7 @@ def build_messages(request: ExtractionInput, prompt: PromptTemplate) -> list[dic
             "known_entities": entities,
             "known_facts": facts,
             "message": request.text,
-            "max_facts": str(request.max_facts),
+            "max_facts": str(extraction_fact_cap(request.text, request.max_facts)),
         }
     )
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
@@ -264,25 +271,36 @@ class LLMExtractor:
         try:
             messages = self.build_messages(request)
             fmt = response_format()
+            max_tokens = extraction_max_tokens(
+                extraction_fact_cap(request.text, request.max_facts)
+            )
         except Exception as exc:  # noqa: BLE001 — fail-safe: never crash the caller
             return done(None, f"prompt construction failed: {exc!r}", None, 0)
 
         try:
             raw = call_with_timeout(
-                lambda: self.llm.complete(messages, temperature=0, response_format=fmt),
+                lambda: self.llm.complete(
+                    messages, temperature=0, response_format=fmt, max_tokens=max_tokens
+                ),
                 self.timeout_sec,
                 name="engramdb-llm-extract",
             )
         except TimeoutError:
             return done(None, f"LLM call timed out after {self.timeout_sec:g}s", None, 1)
         except Exception as exc:  # noqa: BLE001
-            return done(None, f"LLM call failed: {type(exc).__name__}: {exc}", None, 1)
+            # A provider that reports a truncated answer hands its partial text along
+            # (``partial_output``): recorded, so no model output is lost.
+            partial = getattr(exc, "partial_output", None)
+            error = f"LLM call failed: {type(exc).__name__}: {exc}"
+            return done(None, error, partial if isinstance(partial, str) else None, 1)
 
         if not isinstance(raw, str):
             return done(None, f"LLM returned {type(raw).__name__}, expected str", None, 1)
         try:
             extraction, problems = parse_extraction(raw, request.max_facts)
         except ValueError as exc:
+            if approx_tokens(raw) >= max_tokens * 0.9:
+                exc = ValueError(f"{exc} (output probably cut at max_tokens={max_tokens})")
             return done(None, str(exc), raw, 1)
         except Exception as exc:  # noqa: BLE001
             return done(None, f"LLM output rejected: {exc!r}", raw, 1)

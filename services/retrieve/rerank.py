@@ -19,6 +19,7 @@ from typing import Any
 from engramdb.domain.ports import LLMProvider
 from engramdb.infra.llm_timeout import call_with_timeout as _call_with_timeout
 from engramdb.infra.prompt_files import load_prompt as _load_prompt
+from engramdb.services.llm_budget import rerank_max_tokens
 
 PROMPT_VERSION = "rerank/v1"
 _JSON_OBJECT = re.compile(r"\{.*\}", re.S)  # inside code fences / prose
@@ -88,11 +89,17 @@ class RerankOutcome:
     duration_ms: float = 0.0
 
 
-def call_with_timeout(llm: LLMProvider, messages: list[dict[str, str]], timeout: float) -> str:
-    """The reranker's provider call, bounded by ``timeout`` (``TimeoutError`` past it)."""
+def call_with_timeout(
+    llm: LLMProvider, messages: list[dict[str, str]], timeout: float, n_items: int = 0
+) -> str:
+    """The reranker's provider call, bounded by ``timeout`` (``TimeoutError`` past it) and
+    by an output of ``rerank_max_tokens(n_items)`` tokens."""
     answer = _call_with_timeout(
         lambda: llm.complete(
-            messages, temperature=0, response_format={"type": "json_object"}, max_tokens=None
+            messages,
+            temperature=0,
+            response_format={"type": "json_object"},
+            max_tokens=rerank_max_tokens(n_items),
         ),
         timeout,
         name="engramdb-rerank",
@@ -107,7 +114,7 @@ def rerank(llm: LLMProvider, query: str, items: Sequence[str], timeout: float) -
         return RerankOutcome(None, "skipped")
     start = time.perf_counter()
     try:
-        answer = call_with_timeout(llm, build_messages(query, items), timeout)
+        answer = call_with_timeout(llm, build_messages(query, items), timeout, len(items))
         scores = parse_scores(answer, len(items))
         status = "ok"
     except TimeoutError:

@@ -139,8 +139,8 @@ class RuleBasedExtractor:
             statement = retraction_request(sentence)
             if statement is not None:
                 # An act, not a statement: it retracts, it is never stored as a fact.
-                for fact in self._retractions(statement, request, self_name, forms, out):
-                    out.add(fact, "")
+                for retraction in self._retractions(statement, request, self_name, forms, out):
+                    out.add(retraction, "")
                 continue
             for clause in split_clauses(sentence):
                 intro = self_introduction(clause)
