@@ -69,7 +69,9 @@ OFFLINE_NOTICE = (
     "(set ENGRAMDB_LLM_API_KEY, and optionally ENGRAMDB_LLM_BASE_URL/ENGRAMDB_LLM_MODEL, "
     "to extract facts with an LLM)"
 )
-RULES_VERSION = "rule-based/v1"
+# Recorded as the facts' provenance (like an LLM prompt version). v2 (issue 9): clauses,
+# retraction requests, self-introductions, negation + new value as one UPDATE.
+RULES_VERSION = "rule-based/v2"
 SELF_FALLBACK = "user"
 
 
