@@ -110,6 +110,14 @@ def test_compound_sentence_is_one_fact_per_attribute() -> None:
         ("Joana mora em Lisboa", "residence"),
         ("Joana trabalha na Natura.", "workplace"),
     ]
+    # An elided subject is the head's: a third person stays third person.
+    carlos = extract("My brother Carlos lives in Porto and works at Vertix.")
+    assert [(f.entity, f.text, f.attribute_key) for f in carlos.facts] == [
+        ("Carlos", "My brother Carlos lives in Porto", "residence"),
+        ("Carlos", "My brother Carlos works at Vertix.", "workplace"),
+    ]
+    intro = extract("I'm Rita, I live in Lisbon and I work at Acme.")
+    assert [f.text for f in intro.facts] == ["Rita lives in Lisbon", "Rita works at Acme."]
     # Not every "and" splits: the second half states no attribute.
     assert len(extract("Sou professora e adoro ler.").facts) == 1
     assert len(extract("My sister and I live in Porto.").facts) == 1
@@ -121,6 +129,13 @@ def test_first_person_is_rewritten_to_the_speaker() -> None:
         "Rita no longer lives in Boston."
     ]
     assert [f.text for f in extract("Não moro mais em Lisboa.").facts] == ["Rita não mora mais em Lisboa."]
+    assert [f.text for f in extract("I worked at Acme, but now I work at Globex.").facts] == [
+        "Rita worked at Acme",
+        "Rita now works at Globex.",
+    ]
+    # Only a request to forget is a retraction; a reminder is information.
+    [reminder] = extract("Don't forget that I'm allergic to nuts.").facts
+    assert reminder.action == "NEW"
 
 
 @pytest.mark.parametrize("speaker", ["João", "João Silva", None])

@@ -14,8 +14,10 @@ only when
 * the part before it has at least three words ("My sister and I live…" stays whole).
 
 An elided subject is filled in from the head clause: a Portuguese first-person verb
-("e trabalho na Natura") needs none, an English verb after a first-person head gets "I",
-after a head starting with a name gets that name ("Ana lives in Porto and works at X").
+("e trabalho na Natura") needs none; otherwise the head's words before its own verb are
+reused ("My brother Carlos lives in Porto and works at X" → "My brother Carlos works at
+X"); failing that, a first-person head gives "I" and a head starting with a name that name.
+A head that is a self-introduction ("I'm Rita, I live in Lisbon") is a clause of its own.
 "Sou professora e adoro ler" stays one clause: "adoro ler" states no attribute.
 """
 
@@ -32,6 +34,7 @@ from engramdb.services.extraction.rule_based.patterns import (
     NAME,
     NEGATIONS,
 )
+from engramdb.services.extraction.rule_based.speech_acts import self_introduction
 
 _BOUNDARY = re.compile(
     r"\s*[,;]\s*(?:(?:and|but|e|mas)\s+)?|\s+(?:and|but|e|mas)\s+", re.IGNORECASE
@@ -54,6 +57,8 @@ _TAIL = re.compile(
     re.IGNORECASE,
 )
 _PT_FIRST_RE = re.compile(rf"^(?:{_PT_FIRST})$", re.IGNORECASE)
+# The head's own verb: what comes before it is the subject an elided tail shares.
+_HEAD_VERB = re.compile(rf"\b{_NEGATION}{_ADVERBS}(?:{_EN_VERBS}|{_PT_THIRD})\b", re.IGNORECASE)
 
 
 def _states_attribute(clause: str) -> bool:
@@ -73,6 +78,9 @@ def _with_subject(head: str, tail: str) -> str | None:
         return tail
     if match.group("verb").lower() in {"am", "is", "é", "está", "tem"}:
         return None  # "…, is a nurse": too easy to get the subject wrong
+    own = _HEAD_VERB.search(head)
+    if own is not None and own.start() > 0 and NAME_WORD_RE.search(head[: own.start()]):
+        return f"{head[: own.start()].strip()} {tail}"
     if FIRST_PERSON_I.search(head) or FIRST_PERSON.search(head):
         return f"I {tail}" if re.match(_EN_VERBS, match.group("verb"), re.IGNORECASE) else None
     name = leading_name(head)
@@ -88,7 +96,9 @@ def split_clauses(sentence: str) -> list[str]:
     for boundary in _BOUNDARY.finditer(sentence):
         head = sentence[start : boundary.start()].strip()
         tail = sentence[boundary.end() :].strip()
-        if not tail or len(NAME_WORD_RE.findall(head)) < 3:
+        if not tail:
+            continue
+        if len(NAME_WORD_RE.findall(head)) < 3 and self_introduction(head) is None:
             continue
         full = _with_subject(head, tail)
         if full is None or not _states_attribute(full):

@@ -106,6 +106,13 @@ def rewrite_first_person(sentence: str, speaker: str | None) -> str:
     """
     if not speaker:
         return sentence
+    lead = re.match(r"^(?P<adv>[A-Za-z]+)\s*,?\s+(?=I\b)", sentence)
+    if lead and lead.group("adv").lower() in EN_ADVERBS:  # "now I work at…"
+        rewritten = rewrite_first_person(sentence[lead.end() :], speaker)
+        if rewritten.startswith(f"{speaker} "):
+            rest = rewritten[len(speaker) + 1 :]
+            return f"{speaker} {lead.group('adv').lower()} {rest}"
+        return sentence
     en = re.match(r"^I(?:(?P<contr>['’](?:m|ve|ll|d))|\s+(?P<verb>[\w’']+))(?P<rest>.*)$", sentence)
     if en:
         rest = en.group("rest")
