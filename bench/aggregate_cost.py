@@ -60,6 +60,7 @@ def fact(fid: str, i: int, msg: str) -> FactPayload:
         confidence=0.8,
         importance=0.5,
         source_message_id=msg,
+        source_message_ids=[msg],
         speaker="user",
         valid_from=T0 + timedelta(seconds=i),
         decided_by=BY,

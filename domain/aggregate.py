@@ -13,9 +13,11 @@ becomes a no-op; it also keeps what the extractor answered, so no LLM output is 
 Events are declared as classes so their attributes are typed for every reader (folds,
 projectors, audit). Their stored form is what it was when eventsourcing derived them from the
 decorated methods: same topics (``<module>:<Aggregate>.<Event>``), same field names in the
-same order — ``tests/test_event_format.py`` pins both. Events written before the code moved
-into the ``engramdb`` package carry topics under ``domain.aggregate``; ``LEGACY_MODULE_TOPIC``
-is registered so they still resolve to these classes (ADR-0007).
+same order — ``tests/test_event_format.py`` pins both. A field added later gets a
+``class_version`` and an upcaster, so events stored without it still load (``FactAdded``).
+Events written before the code moved into the ``engramdb`` package carry topics under
+``domain.aggregate``; ``LEGACY_MODULE_TOPIC`` is registered so they still resolve to these
+classes (ADR-0007).
 
 Why this module is long: an event's stored topic is this module's name plus the class's
 qualified name, so both aggregates and their declared events must stay here; moving any of
@@ -34,7 +36,7 @@ from eventsourcing.utils import register_topic
 
 from engramdb.domain.errors import DecisionRejected
 from engramdb.domain.keys import agent_aggregate_id, fact_fingerprint, fold, message_record_id
-from engramdb.domain.payloads import FactPayload
+from engramdb.domain.payloads import FactPayload, check_sources, upcast_single_source
 
 # Index positions inside an active-fact entry; lists (not tuples) survive JSON snapshots.
 _ENTITY, _ATTRIBUTE, _FINGERPRINT = 0, 1, 2
@@ -75,7 +77,11 @@ class AgentMemory(Aggregate):
         observed_at: datetime
 
     class FactAdded(FactPayload, Aggregate.Event):
-        """ADD: the event's fields are the ``FactPayload``."""
+        """ADD: the event's fields are the ``FactPayload``. Version 2 added
+        ``source_message_ids``; stored version-1 events are upcast on load."""
+
+        class_version = 2
+        upcast_v1_v2 = staticmethod(upcast_single_source)
 
         def apply(self, aggregate: AgentMemory) -> None:
             aggregate._activate(self)
@@ -86,7 +92,11 @@ class AgentMemory(Aggregate):
         supersedes_fact_id: str
 
     class FactUpdated(FactPayload, _Supersedes):
-        """UPDATE: ``supersedes_fact_id`` plus the new fact's ``FactPayload``."""
+        """UPDATE: ``supersedes_fact_id`` plus the new fact's ``FactPayload`` (versions as
+        ``FactAdded``)."""
+
+        class_version = 2
+        upcast_v1_v2 = staticmethod(upcast_single_source)
 
         def apply(self, aggregate: AgentMemory) -> None:
             aggregate._deactivate(self.supersedes_fact_id)
@@ -279,6 +289,9 @@ class AgentMemory(Aggregate):
         for key in [fact.entity_key, *fact.linked_entities]:
             if key not in self.entities:
                 raise DecisionRejected(f"fact names unknown entity {key!r}")
+        problem = check_sources(fact)
+        if problem is not None:
+            raise DecisionRejected(problem)
 
     def add_fact(self, fact: FactPayload) -> None:
         """ADD. ``fact`` is built by ``domain.decisions``."""

@@ -12,6 +12,9 @@ Rules (SPEC §2.5, ADR-0004):
 - NEW with an ``attribute_key`` that the subject already has an active value for → UPDATE
   (attribute keys name single-valued attributes such as residence);
 - anything else → ADD.
+
+An ADD/UPDATE's sources are the message itself, then the messages the extractor cited that
+the caller verified (``MessageContext.recorded_citations``); a NOOP only records its message.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from engramdb.domain.aggregate import AgentMemory
 from engramdb.domain.errors import DecisionRejected
 from engramdb.domain.extraction import ExtractedFact, Extraction
 from engramdb.domain.keys import fact_fingerprint, fold, new_fact_id
-from engramdb.domain.payloads import FactPayload
+from engramdb.domain.payloads import FactPayload, fact_sources
 from engramdb.domain.resolution import Resolution
 
 DecisionKind = Literal[
@@ -41,6 +44,9 @@ class MessageContext:
     speaker: str | None
     occurred_at: datetime
     decided_by: dict[str, Any]  # ExtractorInfo as a dict: extractor, model, prompt_version
+    # Message ids the caller verified as recorded messages of this agent. A fact's cited
+    # ``source_message_ids`` outside this set are dropped: the extractor's claim is untrusted.
+    recorded_citations: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -189,6 +195,9 @@ def _decide_fact(
         confidence=fact.confidence,
         importance=DEFAULT_IMPORTANCE,
         source_message_id=ctx.message_id,
+        source_message_ids=fact_sources(
+            ctx.message_id, (m for m in fact.source_message_ids if m in ctx.recorded_citations)
+        ),
         speaker=ctx.speaker,
         valid_from=ctx.occurred_at,
         decided_by=ctx.decided_by,

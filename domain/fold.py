@@ -8,7 +8,9 @@ test compares the projector's ``mem_facts`` with it row for row.
 Semantics (one row per fact, ADR-0005):
 - ``FactAdded``/``FactUpdated`` create the row: ``valid_from`` from the event (the message's
   ``occurred_at``), ``recorded_at`` = event timestamp (transaction time), status ``active``,
-  ``source_message_ids`` = [source message];
+  ``source_message_ids`` = the event's sources: the processed message first, then the earlier
+  messages the extractor cited (a fact may rest on several turns; version-1 events, stored
+  before facts had several sources, are upcast to [source message]);
 - ``FactUpdated`` also ends the superseded fact: status ``superseded``, ``superseded_by``,
   ``valid_to`` = the new fact's ``valid_from``, ``invalidated_at`` = event timestamp;
 - ``FactRetracted``: status ``retracted``, ``valid_to`` = ``retracted_at``,
@@ -90,7 +92,7 @@ def new_fact_row(
         speaker=fact.speaker,
         decided_by=dict(fact.decided_by or {}),
         source_message_id=fact.source_message_id,
-        source_message_ids=[fact.source_message_id] if fact.source_message_id else [],
+        source_message_ids=list(fact.source_message_ids),
         supersedes_fact_id=supersedes,
         event_versions=[version],
     )

@@ -42,6 +42,20 @@ DUPLICATE_WINDOW_SEC = 120.0
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 
+def is_message_id(value: object) -> bool:
+    """Whether ``value`` passes the rules of ``ConversationMessage.message_id``: an id an
+    extractor cites is checked with this before it is looked up (or hashed) at all."""
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_ID_CHARS:
+        return False
+    if _CONTROL_RE.search(value):
+        return False
+    try:
+        _check_storable(value, "message id")
+    except ValueError:
+        return False
+    return True
+
+
 class InvalidMessage(ValueError):
     """A payload that can never become a stored message; ``reason`` says why (one line)."""
 

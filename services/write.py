@@ -47,6 +47,7 @@ from engramdb.domain.keys import agent_aggregate_id, message_record_id
 from engramdb.domain.ports import LLMProvider
 from engramdb.infra.group_commit import GroupCommit
 from engramdb.services.app import MemoryApplication
+from engramdb.services.citations import recorded_citations
 from engramdb.services.entity_resolution import EntityResolver, ResolutionMemo
 from engramdb.services.messages import ConversationMessage
 from engramdb.services.pre_retrieval import PreRetrieval, aggregate_context
@@ -243,6 +244,9 @@ class WritePipeline:
             speaker=record.speaker,
             occurred_at=record.occurred_at,
             decided_by=info.model_dump(),
+            recorded_citations=recorded_citations(
+                self.app, record.agent_id, record.message_id, record.created_on, extraction
+            ),
         )
         memo = ResolutionMemo()
         agent_uuid = agent_aggregate_id(record.agent_id)

@@ -30,7 +30,8 @@ def fact(fid: str, text: str, at: datetime, msg: str) -> FactPayload:
     return FactPayload(
         fact_id=fid, entity_key="person:ana", linked_entities=[],
         attribute_key="residence", text=text, category="general", confidence=0.95,
-        importance=0.5, source_message_id=msg, speaker="Ana", valid_from=at,
+        importance=0.5, source_message_id=msg, source_message_ids=[msg], speaker="Ana",
+        valid_from=at,
         decided_by=BY,
     )
 

@@ -76,7 +76,8 @@ def payload(fid: str) -> FactPayload:
     return FactPayload(
         fact_id=fid, entity_key="person:ana", linked_entities=["person:bo"], attribute_key="res",
         text=f"Ana lives in {fid}", category="general", confidence=0.9, importance=0.5,
-        source_message_id="m1", speaker="Ana", valid_from=T, decided_by=BY,
+        source_message_id="m1", source_message_ids=["m1"], speaker="Ana", valid_from=T,
+        decided_by=BY,
     )
 
 

@@ -21,7 +21,7 @@ from psycopg.rows import dict_row
 
 from engramdb.domain.errors import DecisionRejected
 from engramdb.domain.fold import FactRow, fold_facts
-from engramdb.domain.payloads import FactPayload
+from engramdb.domain.payloads import FactPayload, fact_sources
 from engramdb.infra.providers.scripted import HashEmbedder
 from engramdb.projections.runner import ProjectionSet
 from engramdb.services.app import MemoryApplication
@@ -94,6 +94,7 @@ def test_projection_equals_pure_fold(pg_url: str, fresh_schema: Any) -> None:
                 linked_entities=[mem.canonical_entity(f"person:{k}") for k in linked],
                 attribute_key=None, text=f"{name} {text}", category="general",
                 confidence=0.6, importance=0.5, source_message_id=f"m{self.clock}",
+                source_message_ids=fact_sources(f"m{self.clock}", ["m0", "m1"]),
                 speaker=None, valid_from=self.at(skew), decided_by={"by": "h"},
             )
 

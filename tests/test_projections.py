@@ -32,7 +32,8 @@ def fact(fid: str, entity: str, text: str, at: datetime, linked: tuple[str, ...]
     return FactPayload(
         fact_id=fid, entity_key=entity, linked_entities=list(linked),
         attribute_key=attr, text=text, category="general", confidence=0.95,
-        importance=0.5, source_message_id=msg, speaker="Ana", valid_from=at,
+        importance=0.5, source_message_id=msg, source_message_ids=[msg], speaker="Ana",
+        valid_from=at,
         decided_by=BY,
     )
 

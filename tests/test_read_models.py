@@ -45,7 +45,8 @@ def story(app: MemoryApplication, agent: str) -> int:
     mem.add_fact(FactPayload(
         fact_id="f1", entity_key="person:ana", linked_entities=["person:bo"], attribute_key=None,
         text="Ana likes tea", category="general", confidence=0.9, importance=0.5,
-        source_message_id="m1", speaker="Ana", valid_from=T0, decided_by=BY,
+        source_message_id="m1", source_message_ids=["m1"], speaker="Ana", valid_from=T0,
+        decided_by=BY,
     ))
     return int(app.save(mem, rec)[-1].notification.id)
 

@@ -32,7 +32,8 @@ def fact(fid: str, entity: str, text: str, at: datetime, linked: list[str] | Non
     return FactPayload(
         fact_id=fid, entity_key=entity, linked_entities=linked or [],
         attribute_key=None, text=text, category="general", confidence=0.8,
-        importance=0.5, source_message_id=msg, speaker=None, valid_from=at,
+        importance=0.5, source_message_id=msg, source_message_ids=[msg], speaker=None,
+        valid_from=at,
         decided_by=BY,
     )
 
