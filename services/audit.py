@@ -110,7 +110,11 @@ def to_entry(event: Any) -> HistoryEntry:
         entry.target_fact_id = g("supersedes_fact_id")
         entry.valid_at = g("valid_from")
         entry.detail = {
-            k: g(k) for k in ("attribute_key", "category", "confidence", "linked_entities", "speaker")
+            k: g(k)
+            for k in (
+                "attribute_key", "category", "confidence", "linked_entities", "speaker",
+                "source_message_ids",
+            )
         }
     elif name == "FactConfirmed":
         entry.target_fact_id, entry.valid_at = g("fact_id"), g("confirmed_at")

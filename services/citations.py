@@ -3,7 +3,7 @@
 Why a check at all: ``ExtractedFact.source_message_ids`` is the extractor's claim (an LLM's
 JSON, a benchmark's playback), and whatever passes ends up in ``mem_facts.source_message_ids``
 and in retrieval answers. So a cited id is kept only if it is a message of the SAME agent that
-was recorded no later than the message being processed. That check is cheap and exact: a
+was recorded before the message being processed. That check is cheap and exact: a
 message record's aggregate id is derived from (agent id, message id) (``domain.keys``), so one
 primary-key read per cited id answers it, and another agent's message id can never match.
 Ids that are not even syntactically message ids are dropped before any lookup, and the
@@ -33,9 +33,9 @@ def recorded_citations(
     recorded_at: datetime,
     extraction: Extraction,
 ) -> frozenset[str]:
-    """The ids cited by ``extraction``'s facts that are messages of ``agent_id`` recorded at or
-    before ``recorded_at`` (the processed message's ``Recorded`` time); the message itself
-    is not a citation (it is always a fact's first source)."""
+    """The ids cited by ``extraction``'s facts that are messages of ``agent_id`` recorded
+    strictly before ``recorded_at`` (the processed message's ``Recorded`` time); the message
+    itself is not a citation (it is always a fact's first source)."""
     cited: list[str] = []
     for fact in extraction.facts:
         for mid in fact.source_message_ids[:MAX_SOURCE_MESSAGES]:
@@ -47,6 +47,6 @@ def recorded_citations(
         if not stored:
             continue
         first = app.mapper.to_domain_event(stored[0])
-        if isinstance(first, MessageRecord.Recorded) and first.timestamp <= recorded_at:
+        if isinstance(first, MessageRecord.Recorded) and first.timestamp < recorded_at:
             verified.add(mid)
     return frozenset(verified)

@@ -5,6 +5,10 @@ them from the decorated methods. These tests pin what that change must not alter
 and the field order of every event type (so new events are written byte for byte as before),
 and that events stored before ADR-0007, whose topics name the module ``domain.aggregate``,
 still load into the same classes and fold to the same state and fact rows.
+
+Deliberate change since: ``FactAdded``/``FactUpdated`` are class version 2 (a fact's several
+``source_message_ids``). Version-1 events, as every earlier release stored them, must still
+load and fold to exactly the rows they folded to before: sources = [source_message_id].
 """
 
 from __future__ import annotations
@@ -38,15 +42,16 @@ FIELD_ORDER = {
     "AgentMemory.RelationshipObserved": [
         "timestamp", "source_key", "target_key", "relation_type", "message_id", "observed_at",
     ],
+    # version 2: ``source_message_ids`` after ``source_message_id``, ``class_version`` last
     "AgentMemory.FactAdded": [
         "timestamp", "fact_id", "entity_key", "linked_entities", "attribute_key", "text",
-        "category", "confidence", "importance", "source_message_id", "speaker", "valid_from",
-        "decided_by",
+        "category", "confidence", "importance", "source_message_id", "source_message_ids",
+        "speaker", "valid_from", "decided_by", "class_version",
     ],
     "AgentMemory.FactUpdated": [
         "timestamp", "supersedes_fact_id", "fact_id", "entity_key", "linked_entities",
         "attribute_key", "text", "category", "confidence", "importance", "source_message_id",
-        "speaker", "valid_from", "decided_by",
+        "source_message_ids", "speaker", "valid_from", "decided_by", "class_version",
     ],
     "AgentMemory.FactConfirmed": ["timestamp", "fact_id", "message_id", "confirmed_at"],
     "AgentMemory.FactRetracted": [
@@ -62,8 +67,17 @@ FIELD_ORDER = {
         "timestamp", "extractor", "extraction", "raw_output", "error", "llm_calls", "decisions",
     ],
 }
-# the exact state bytes of a FactUpdated (timestamp masked) as the previous code wrote them
+# the exact state bytes of a FactUpdated (timestamp masked) as the code writes them now
 FACT_UPDATED_STATE = (
+    '{"timestamp":T,"supersedes_fact_id":"f1","fact_id":"f2","entity_key":"person:ana",'
+    '"linked_entities":["person:bo"],"attribute_key":"res","text":"Ana lives in f2",'
+    '"category":"general","confidence":0.9,"importance":0.5,"source_message_id":"m1",'
+    '"source_message_ids":["m1"],'
+    '"speaker":"Ana","valid_from":{"_type_":"datetime_iso","_data_":"2024-01-01T00:00:00+00:00"},'
+    '"decided_by":{"by":"x"},"class_version":2}'
+)
+# ... and as every version before facts had several sources wrote them (class version 1)
+FACT_UPDATED_STATE_V1 = (
     '{"timestamp":T,"supersedes_fact_id":"f1","fact_id":"f2","entity_key":"person:ana",'
     '"linked_entities":["person:bo"],"attribute_key":"res","text":"Ana lives in f2",'
     '"category":"general","confidence":0.9,"importance":0.5,"source_message_id":"m1",'
@@ -113,6 +127,21 @@ def _legacy(stored: StoredEvent) -> StoredEvent:
         originator_version=stored.originator_version,
         topic=stored.topic.replace(f"{MODULE}:", f"{LEGACY_MODULE_TOPIC}:"),
         state=stored.state.replace(f'"{MODULE}:'.encode(), f'"{LEGACY_MODULE_TOPIC}:'.encode()),
+    )
+
+
+def _v1(stored: StoredEvent) -> StoredEvent:
+    """A fact event as stored before class version 2 (no ``source_message_ids``)."""
+    if not stored.topic.endswith((".FactAdded", ".FactUpdated")):
+        return stored
+    state = json.loads(stored.state)
+    assert state.pop("class_version") == 2
+    state.pop("source_message_ids")
+    return StoredEvent(
+        originator_id=stored.originator_id,
+        originator_version=stored.originator_version,
+        topic=stored.topic,
+        state=json.dumps(state, separators=(",", ":"), ensure_ascii=False).encode(),
     )
 
 
@@ -173,3 +202,45 @@ def test_snapshot_stored_under_pre_package_topic_restores_the_aggregate() -> Non
     restored = snapshot.mutate(None)
     assert type(restored) is AgentMemory
     assert _state(restored) == _state(mem)
+
+
+def test_version_1_fact_events_load_and_fold_to_their_single_source(fresh_schema: Any) -> None:
+    _, env = fresh_schema("v1facts")
+    app = MemoryApplication(env)
+    try:
+        mem, rec = story("v1-agent")
+        nameless = payload("f4")
+        mem.add_fact(FactPayload(**{
+            **nameless.payload_fields(), "source_message_id": None, "source_message_ids": [],
+        }))
+        events = [*mem.collect_events(), *rec.collect_events()]
+        stored = [_v1(app.mapper.to_stored_event(e)) for e in events]
+        updated = next(s for s in stored if s.topic.endswith(".FactUpdated"))
+        assert _masked(updated.state) == FACT_UPDATED_STATE_V1  # byte for byte the old format
+        app.recorder.insert_events(stored)
+
+        loaded_mem = app.repository.get(mem.id)
+        assert _state(loaded_mem) == _state(mem)
+        loaded = list(app.events.get(mem.id))
+        facts = [e for e in loaded if isinstance(e, (AgentMemory.FactAdded, AgentMemory.FactUpdated))]
+        assert [e.source_message_ids for e in facts] == [["m1"], ["m1"], ["m1"], []]
+        rows = fold_facts(loaded)
+        assert rows == fold_facts(events[: len(loaded)])
+        assert rows["f1"].source_message_ids == ["m1"]
+        assert rows["f2"].source_message_ids == ["m1", "m2"]  # + its confirmation, as before
+        assert rows["f4"].source_message_ids == []
+    finally:
+        app.close()
+
+
+def test_version_2_fact_events_keep_several_sources() -> None:
+    mapper = Application(env={"PERSISTENCE_MODULE": "eventsourcing.popo"}).mapper
+    mem = AgentMemory(agent_id="a")
+    mem.register_entity("person:ana", "Ana", "person", "m1", BY)
+    mem.register_entity("person:bo", "Bo", "person", "m1", BY)
+    mem.add_fact(FactPayload(**{**payload("f1").payload_fields(), "source_message_ids": [
+        "m1", "m0", "m-1",
+    ]}))
+    events = mem.collect_events()
+    loaded = [mapper.to_domain_event(mapper.to_stored_event(e)) for e in events]
+    assert fold_facts(loaded)["f1"].source_message_ids == ["m1", "m0", "m-1"]
