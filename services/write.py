@@ -25,6 +25,9 @@ Why it is shaped like this (ADR-0004):
 - **One writer per agent per process.** The application's aggregate cache hands out the
   shared object (no deepcopy, see ``services/app.py``), so writes to one agent are
   serialised by a per-agent lock; different agents proceed in parallel.
+- **Cited sources are verified, not trusted.** Before reconciliation, the ids the
+  extractor cites for its facts are looked up (``services/citations.py``): only messages of
+  this agent recorded before this one may join a fact's ``source_message_ids``.
 - **Fail-safe.** Extractor errors give an empty extraction (the message stays recorded,
   the error is recorded); reconciliation errors fall back to plain ADDs. Only storage
   failures (database down) raise, so a caller such as the NATS ingest can retry.
