@@ -7,7 +7,8 @@ only at run time. Now each read model module declares its ``Table``s and everyth
 them.
 
 Every table carries ``agent_id`` first in its key: nothing crosses agents, and every index
-leads with it. Vectors are ``vector(d)`` with ``d`` fixed by the embedding model; switching
+leads with it (the full-text GIN indexes excepted: GIN cannot lead with a text column without
+btree_gin, so the agent filter is applied after the index lookup). Vectors are ``vector(d)`` with ``d`` fixed by the embedding model; switching
 model means rebuilding the read model (the embedding cache keeps old vectors).
 """
 
@@ -32,10 +33,16 @@ class Table:
     primary_key: tuple[str, ...]
     indexes: tuple[str, ...] = ()
     embedded_text: str | None = None
+    # ``(column, "type GENERATED ALWAYS AS (...) STORED")``: PostgreSQL computes them, so rows
+    # never supply them (not in ``row_columns``); a table created before they were declared
+    # gains them through ``ALTER TABLE ... ADD COLUMN IF NOT EXISTS`` (existing rows computed)
+    generated: tuple[tuple[str, str], ...] = ()
+    # statements the table's DDL needs first: the functions its generated columns call
+    functions: tuple[str, ...] = ()
 
     @property
     def column_names(self) -> tuple[str, ...]:
-        return tuple(name for name, _ in self.columns)
+        return tuple(name for name, _ in self.columns + self.generated)
 
     @property
     def row_columns(self) -> tuple[str, ...]:
@@ -46,7 +53,7 @@ class Table:
         d = int(dimensions)
         lines = [
             f"    {name} {f'vector({d})' if sql_type == VECTOR else sql_type}"
-            for name, sql_type in self.columns
+            for name, sql_type in self.columns + self.generated
         ]
         lines.append(f"    PRIMARY KEY ({', '.join(self.primary_key)})")
         return f"CREATE TABLE IF NOT EXISTS {self.name} (\n" + ",\n".join(lines) + "\n)"
@@ -57,8 +64,17 @@ class Table:
             return []
         return [f"CREATE INDEX IF NOT EXISTS {self.name}_embedding_hnsw ON {self.name} {HNSW}"]
 
+    def add_generated_sql(self) -> list[str]:
+        """``ADD COLUMN IF NOT EXISTS`` per generated column: an older table gains them (its
+        existing rows computed by PostgreSQL); a no-op on a table created with them."""
+        return [
+            f"ALTER TABLE {self.name} ADD COLUMN IF NOT EXISTS {name} {sql_type}"
+            for name, sql_type in self.generated
+        ]
+
     def ddl(self, dimensions: int, vector_indexes: bool = True) -> list[str]:
-        out = [self.create_sql(dimensions), *self.indexes]
+        out = [*self.functions, self.create_sql(dimensions), *self.add_generated_sql(),
+               *self.indexes]
         if vector_indexes:
             out.extend(self.vector_index_sql())
         return out
@@ -67,10 +83,12 @@ class Table:
 def tables_ddl(
     tables: tuple[Table, ...], dimensions: int, vector_indexes: bool = True
 ) -> list[str]:
-    """CREATE statements (idempotent) for ``tables``, the vector extension first."""
-    out = [VECTOR_EXTENSION_DDL]
+    """CREATE statements (idempotent) for ``tables``: the vector extension first, then the
+    functions the tables need (each once), then the tables."""
+    out = [VECTOR_EXTENSION_DDL, *dict.fromkeys(f for t in tables for f in t.functions)]
     for table in tables:
-        out.extend(table.ddl(dimensions, vector_indexes=False))
+        out.extend(s for s in table.ddl(dimensions, vector_indexes=False)
+                   if s not in table.functions)
     if vector_indexes:
         for table in tables:
             out.extend(table.vector_index_sql())

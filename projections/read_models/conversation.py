@@ -14,6 +14,7 @@ from engramdb.domain.aggregate import MessageRecord
 from engramdb.projections.embeddings import CACHED_VECTOR_SQL
 from engramdb.projections.handlers import handles
 from engramdb.projections.read_model import BulkFold, ReadModel, ReadModelView, jsonb
+from engramdb.projections.search import SEARCH_FUNCTIONS, search_columns, search_index
 from engramdb.projections.tables import EMBEDDING, VECTOR, Table
 
 MESSAGES = Table(
@@ -41,8 +42,12 @@ MESSAGES = Table(
         # keyword search without contrib: a language-neutral tsvector GIN index (ADR-0006)
         "CREATE INDEX IF NOT EXISTS mem_messages_text_tsv ON mem_messages "
         "USING gin (to_tsvector('simple', text))",
+        search_index("mem_messages"),
     ),
     embedded_text="text",
+    # BM25 (projections/search.py): the speaker's name is searchable with the text
+    generated=search_columns("coalesce(speaker, '') || ' ' || text"),
+    functions=SEARCH_FUNCTIONS,
 )
 
 _MESSAGE_INSERT = (

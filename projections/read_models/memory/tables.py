@@ -17,6 +17,7 @@ from typing import Any
 
 from engramdb.domain.fold import FactRow
 from engramdb.projections.read_model import jsonb
+from engramdb.projections.search import SEARCH_FUNCTIONS, search_columns, search_index
 from engramdb.projections.tables import EMBEDDING, VECTOR, Table
 
 # agent aggregate id -> agent_id: agent events carry only their originator id
@@ -67,8 +68,14 @@ FACTS = Table(
         # neutral ('simple') tsvector GIN index finds candidate rows by word; see ADR-0006
         "CREATE INDEX IF NOT EXISTS mem_facts_text_tsv ON mem_facts "
         "USING gin (to_tsvector('simple', fact_text))",
+        search_index("mem_facts"),
     ),
     embedded_text="fact_text",
+    # BM25 (projections/search.py): the entity's name ('person:melanie' -> 'melanie') is
+    # searchable with the fact's text
+    generated=search_columns(
+        "replace(split_part(entity_key, ':', 2), '-', ' ') || ' ' || fact_text"),
+    functions=SEARCH_FUNCTIONS,
 )
 
 ENTITIES = Table(

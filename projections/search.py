@@ -1,0 +1,60 @@
+"""The BM25 search columns of the read models: one analysis chain for the stored documents
+and the query (``services/retrieve/signals/bm25.py``), defined once as SQL functions.
+
+Why in SQL: BM25 needs term frequencies, document lengths and document frequencies over the
+agent's rows; stored generated columns (``search_tsv``, ``search_len``) keep them next to the
+row, filled by PostgreSQL on INSERT, on the rebuild's COPY and — through ``ADD COLUMN IF NOT
+EXISTS`` — for the rows of an older table. The query is analysed by the same function, so a
+word matches exactly when the document's lexeme is the query's.
+
+Analysis: lower-case + accent folding (``engramdb_fold``; the bundled PostgreSQL has no
+``unaccent`` extension, so ``translate()`` of the Latin accented letters Portuguese and the
+other Western languages use), then the built-in ``english`` configuration (Snowball stemming,
+English stop words dropped). Folding before stemming makes 'você'/'voce' and 'São Paulo'/'sao
+paulo' the same lexemes.
+
+Changing a function body does not recompute stored values: change it only with a rebuild.
+"""
+
+from __future__ import annotations
+
+_ACCENTED = "áàâãäåéèêëíìîïóòôõöúùûüçñýÿÁÀÂÃÄÅÉÈÊËÍÌÎÏÓÒÔÕÖÚÙÛÜÇÑÝ"
+_PLAIN = "aaaaaaeeeeiiiiooooouuuucnyyaaaaaaeeeeiiiiooooouuuucny"
+assert len(_ACCENTED) == len(_PLAIN)
+
+# lower() alone misses non-ASCII capitals under the C locale: the upper-case letters are
+# translated too
+FOLD_FUNCTION = (
+    "CREATE OR REPLACE FUNCTION engramdb_fold(text) RETURNS text"
+    " LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE"
+    f" AS $$ SELECT translate(lower($1), '{_ACCENTED}', '{_PLAIN}') $$"
+)
+TSV_FUNCTION = (
+    "CREATE OR REPLACE FUNCTION engramdb_tsv(text) RETURNS tsvector"
+    " LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE"
+    " AS $$ SELECT to_tsvector('english'::regconfig, engramdb_fold($1)) $$"
+)
+# document length in tokens (stop words excluded): a lexeme's positions are its occurrences;
+# a stripped lexeme (no positions) counts once
+TSV_LEN_FUNCTION = (
+    "CREATE OR REPLACE FUNCTION engramdb_tsv_len(tsvector) RETURNS integer"
+    " LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE"
+    " AS $$ SELECT coalesce(sum(coalesce(array_length(t.positions, 1), 1)), 0)::integer"
+    " FROM unnest($1) t $$"
+)
+SEARCH_FUNCTIONS = (FOLD_FUNCTION, TSV_FUNCTION, TSV_LEN_FUNCTION)
+
+
+def search_columns(document_sql: str) -> tuple[tuple[str, str], ...]:
+    """``search_tsv`` and ``search_len`` generated from ``document_sql`` (an expression over
+    the row's columns; a generated column cannot reference another, hence both from it)."""
+    return (
+        ("search_tsv", f"tsvector GENERATED ALWAYS AS (engramdb_tsv({document_sql})) STORED"),
+        ("search_len",
+         f"integer GENERATED ALWAYS AS (engramdb_tsv_len(engramdb_tsv({document_sql}))) STORED"),
+    )
+
+
+def search_index(table: str) -> str:
+    """GIN on ``search_tsv``: candidates by lexeme (the agent filter is applied after it)."""
+    return f"CREATE INDEX IF NOT EXISTS {table}_search_tsv ON {table} USING gin (search_tsv)"
