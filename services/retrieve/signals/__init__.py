@@ -1,4 +1,5 @@
 """Candidate generators (SPEC §3.2), one module per signal: ``semantic``, ``keyword``,
+``bm25`` (Okapi BM25 over the stored search columns, messages and facts),
 ``graph`` (BFS, linked facts, entity specificity), ``aggregation`` and ``messages`` (the same
 semantic + keyword search over raw messages, "Relevant conversations"); ``shared`` holds the
 SQL visibility / plan-setting helpers, ``hydrate`` the candidate rows and time decay,
@@ -12,6 +13,7 @@ The names below are re-exported so callers keep writing ``signals.keyword_facts(
 """
 
 from engramdb.services.retrieve.signals.aggregation import aggregation_facts
+from engramdb.services.retrieve.signals.bm25 import bm25_facts, bm25_messages
 from engramdb.services.retrieve.signals.graph import (
     GraphHit,
     GraphNode,
@@ -58,6 +60,8 @@ __all__ = [
     "aggregation_facts",
     "batch",
     "bfs",
+    "bm25_facts",
+    "bm25_messages",
     "custom_plans",
     "decay",
     "entity_specificity",

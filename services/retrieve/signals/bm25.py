@@ -1,0 +1,109 @@
+"""The BM25 signal: Okapi BM25 (Lucene's IDF, the benchmark's bm25s baseline) over messages
+or facts, computed in ONE statement from the read models' stored search columns
+(``projections/search.py``: accent folding + English Snowball stemming, stop words dropped).
+
+Why in SQL: the IDF needs every visible row of the agent (N, average length, document
+frequencies) and the term frequencies live in the stored ``tsvector``; shipping rows to
+Python would cost more than the scoring. The document frequencies are exact without a count
+per word: the candidate set (rows holding any query lexeme, found through the GIN index) holds
+every visible row that contains a query lexeme, so grouping its lexemes gives each df.
+
+score(d) = Σ over query lexemes t in d of
+           idf(t) · tf·(k1+1) / (tf + k1·(1 − b + b·|d|/avgdl)),
+idf(t) = ln(1 + (N − df + ½)/(df + ½)); N, avgdl and df over the agent's rows visible now (or
+as of ``as_of``). The (k1+1) factor only scales the scores (bm25s leaves it out): rankings are
+the same.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from engramdb.services.retrieve.signals.shared import (
+    custom_plans,
+    fact_visibility,
+    message_visibility,
+)
+
+K1 = 1.5
+B = 0.75
+
+# a query lexeme as a tsquery operand: quoted so it is taken verbatim (no re-parsing or
+# re-stemming of the already analysed lexeme), quotes and backslashes doubled
+_OPERAND = "'''' || replace(replace(q.lexeme, '\\', '\\\\'), '''', '''''') || ''''"
+
+
+def _bm25_sql(table: str, alias: str, id_col: str, where: str) -> str:
+    """The statement for ``table`` (``where``: the visibility filter of ``alias``)."""
+    a = alias
+    visible = f"{a}.agent_id = %(a)s AND {where}"
+    return f"""
+    WITH q AS MATERIALIZED (
+        SELECT DISTINCT t.lexeme FROM unnest(engramdb_tsv(%(q)s)) t
+    ), tsq AS MATERIALIZED (
+        SELECT string_agg({_OPERAND}, ' | ' ORDER BY q.lexeme)::tsquery AS query FROM q
+    ), stats AS MATERIALIZED (
+        SELECT count(*)::float8 AS n, coalesce(avg({a}.search_len), 0)::float8 AS avgdl
+          FROM {table} {a} WHERE {visible} AND EXISTS (SELECT 1 FROM q)
+    ), hits AS MATERIALIZED (
+        SELECT {a}.{id_col} AS id, {a}.search_len::float8 AS len, t.lexeme,
+               coalesce(array_length(t.positions, 1), 1)::float8 AS tf
+          FROM {table} {a} CROSS JOIN LATERAL unnest({a}.search_tsv) t
+         WHERE {visible} AND {a}.search_tsv @@ (SELECT query FROM tsq)
+           AND t.lexeme IN (SELECT lexeme FROM q)
+    ), df AS (
+        SELECT lexeme, count(*)::float8 AS df FROM hits GROUP BY lexeme
+    )
+    SELECT h.id,
+           sum(ln(1 + (s.n - d.df + 0.5) / (d.df + 0.5))
+               * h.tf * (%(k1)s + 1)
+               / (h.tf + %(k1)s * (1 - %(b)s + %(b)s * h.len / greatest(s.avgdl, 1e-9)))) AS score
+      FROM hits h JOIN df d USING (lexeme) CROSS JOIN stats s
+     GROUP BY h.id
+     ORDER BY score DESC, h.id
+     LIMIT %(n)s
+    """
+
+
+def _run(conn: Any, statement: str, params: dict[str, Any]) -> list[tuple[str, float]]:
+    # custom plans: the agent's size and the words' frequencies choose GIN vs the agent index
+    with custom_plans(conn):
+        cur = conn.execute(statement, params)
+    return [(r[0], float(r[1])) for r in cur.fetchall()]
+
+
+def bm25_messages(
+    conn: Any,
+    agent_id: str,
+    query_text: str,
+    as_of: datetime | None,
+    limit: int,
+    k1: float = K1,
+    b: float = B,
+) -> list[tuple[str, float]]:
+    """(message_id, BM25 score) of the agent's messages visible (as of ``as_of``), best
+    first, ties by id. The speaker's name is part of each message's document."""
+    statement = _bm25_sql("mem_messages", "m", "message_id", message_visibility(as_of))
+    return _run(conn, statement, {"a": agent_id, "q": query_text, "t": as_of, "n": limit,
+                                  "k1": float(k1), "b": float(b)})
+
+
+def bm25_facts(
+    conn: Any,
+    agent_id: str,
+    query_text: str,
+    as_of: datetime | None,
+    min_confidence: float,
+    limit: int,
+    k1: float = K1,
+    b: float = B,
+) -> list[tuple[str, float]]:
+    """(fact_id, BM25 score) of the agent's facts active now (or as of ``as_of``) with at
+    least ``min_confidence``, best first, ties by id. N, avgdl and df count the same facts;
+    the entity's name is part of each fact's document."""
+    where = f"{fact_visibility(as_of)} AND f.confidence >= %(minc)s"
+    statement = _bm25_sql("mem_facts", "f", "fact_id", where)
+    return _run(conn, statement, {"a": agent_id, "q": query_text, "t": as_of, "n": limit,
+                                  "minc": float(min_confidence), "k1": float(k1),
+                                  "b": float(b)})
