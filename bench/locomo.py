@@ -16,7 +16,10 @@ the ranking retrieve itself implies; ties keep facts first). ``--merge alternate
 kept in the JSON as diagnostics.
 
 ``--ablate`` adds one table: engramdb with each retrieve stage switched off in turn, over
-the same ingested memory (``bench/locomo_ablate.py``).
+the same ingested memory (``bench/locomo_ablate.py``). ``--cv GRID.json`` asks every
+question once per grid candidate over the same memory and chooses among them by
+leave-one-conversation-out cross-validation (``bench/locomo_cv.py``), written to
+``locomo-<mode>-cv.{md,json}``.
 
 Layout: this module holds the scoring math, the raw-turn baseline run and the CLI;
 engramdb's ingest/ask/reference/ablation steps are in ``bench/locomo_engramdb.py``, the
@@ -338,6 +341,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also ask every question once per engramdb stage switched off (same memory)",
     )
+    p.add_argument(
+        "--cv",
+        type=Path,
+        default=None,
+        metavar="GRID.json",
+        help="leave-one-conversation-out choice among the grid's retrieve config_overrides "
+        "(bench/locomo_cv.py); writes locomo-<mode>-cv.{md,json}",
+    )
     p.add_argument("--skip-engramdb", action="store_true", help="baselines only")
     p.add_argument("--skip-baselines", action="store_true", help="engramdb only")
     p.add_argument(
@@ -374,6 +385,31 @@ def _open_memory(settings: Any, embedder: Any, extractor: Any) -> Any:
     return Memory.open(settings, embedder=embedder)
 
 
+def _write_cv(
+    out: Path,
+    stem: str,
+    candidates: Sequence[Any],
+    candidate_runs: dict[str, SystemRun],
+    conversations: Sequence[Conversation],
+    summaries: dict[str, dict[str, Any]],
+    meta: dict[str, Any],
+) -> str:
+    """Writes ``locomo-<mode>-cv.{md,json}`` (the held-out table and its diagnostics) and
+    returns the markdown."""
+    from bench.locomo_cv import cv_markdown, cv_summary
+
+    fold_of = {q.qid: c.sample_id for c in conversations for q in scorable(c)}
+    cv = cv_summary(candidates, {n: r.rows for n, r in candidate_runs.items()}, fold_of)
+    references = {n: {"by_category": s["by_category"]} for n, s in summaries.items() if n in REFERENCES}
+    (out / f"{stem}-cv.json").write_text(
+        json.dumps({"meta": meta, "cv": cv, "references": references}, indent=2, allow_nan=True),
+        encoding="utf-8",
+    )
+    report = cv_markdown(cv, summaries, meta)
+    (out / f"{stem}-cv.md").write_text(report, encoding="utf-8")
+    return report
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     args = build_parser().parse_args(argv)
@@ -383,6 +419,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.skip_engramdb and args.skip_baselines:
         print("nothing to run: both --skip-engramdb and --skip-baselines given", file=sys.stderr)
         return 2
+    candidates: list[Any] = []
+    if args.cv is not None:
+        from bench.locomo_cv import load_grid
+
+        if args.skip_engramdb:
+            print("--cv chooses engramdb's config: it needs engramdb (no --skip-engramdb)", file=sys.stderr)
+            return 2
+        try:
+            candidates = load_grid(args.cv)
+        except (OSError, ValueError) as exc:  # GridError, JSON errors, a missing file
+            print(f"--cv {args.cv}: {exc}", file=sys.stderr)
+            return 2
     everything = load_locomo(args.data)
     conversations = subset(
         everything,
@@ -392,6 +440,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     questions = [q for c in conversations for q in c.questions]
     scored = [q for q in questions if q.gold]
+    if candidates and len(conversations) < 2:
+        print("--cv needs at least 2 conversations (one fold each)", file=sys.stderr)
+        return 2
 
     temp_dir: Path | None = None
     data_dir = args.data_dir
@@ -411,6 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     run_id = datetime.now(UTC).strftime("%Y%m%d%H%M%S") + "-" + uuid.uuid4().hex[:6]
     summaries: dict[str, dict[str, Any]] = {}
     ablation: dict[str, dict[str, Any]] = {}
+    candidate_runs: dict[str, SystemRun] = {}
     started = time.perf_counter()
     try:
         if not args.skip_baselines:
@@ -428,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 from bench.locomo_engramdb import run_engramdb
 
-                runs, ablation = run_engramdb(
+                runs, ablation, candidate_runs = run_engramdb(
                     conversations,
                     memory,
                     run_id=run_id,
@@ -436,6 +488,7 @@ def main(argv: list[str] | None = None) -> int:
                     retrieve_overrides=args.retrieve_overrides,
                     embedder=None if args.skip_baselines else embedder,
                     ablate=args.ablate,
+                    cv_candidates=candidates,
                 )
             finally:
                 memory.close()
@@ -461,6 +514,7 @@ def main(argv: list[str] | None = None) -> int:
         "topk": TOPK,
         "retrieve_overrides": args.retrieve_overrides or {},
         "ablate": bool(args.ablate),
+        "cv_grid": str(args.cv) if args.cv else None,
         "seconds": round(total_s, 1),
         "run_id": run_id,
         "command": "engramdb bench locomo " + " ".join(sys.argv[1:] if argv is None else argv),
@@ -481,6 +535,8 @@ def main(argv: list[str] | None = None) -> int:
         summaries, out / f"{stem}-recall10.png", f"LoCoMo evidence Recall@10 ({meta['mode']})"
     )
     print(report)
+    if candidates:
+        print(_write_cv(out, stem, candidates, candidate_runs, conversations, summaries, meta))
     log(f"done in {total_s:.0f}s; wrote {out / stem}.{{md,json}} and -recall10.png")
     return 0
 

@@ -1,4 +1,4 @@
-"""engramdb's side of the LoCoMo run: ingest, ask, the facts-cosine reference, the ablation.
+"""engramdb's side of the LoCoMo run: ingest, ask, facts-cosine, the ablation, the CV grid.
 
 Why a module of its own: these are the steps that need a live ``Memory`` (a database, the
 write pipeline, the projections); ``bench/locomo.py`` keeps the scoring math, the raw-turn
@@ -7,7 +7,8 @@ baselines and the CLI, which run without one.
 Order of work: each conversation is ingested as one agent and its questions asked at once
 (the headline run, with every merge); ``facts-cosine`` reads the facts that agent now holds.
 The ablation waits until every conversation is in, then asks every question once per
-variant — so all its rows, the all-on ``none`` row included, see the same memory.
+variant — so all its rows, the all-on ``none`` row included, see the same memory. The
+``--cv`` grid's candidates are asked the same way, after the ablation.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from bench.locomo import (
     scorable,
     units_from_result,
 )
+from bench.locomo_cv import Candidate
 from bench.locomo_data import Conversation
 
 
@@ -74,6 +76,32 @@ def run_facts_cosine(
     return len(index.facts)
 
 
+def ask_every_question(
+    conversations: Sequence[Conversation],
+    memory: Any,
+    agent_ids: dict[str, str],
+    *,
+    overrides: dict[str, Any],
+    merge: str,
+    run_name: str,
+) -> tuple[SystemRun, int]:
+    """Every scorable question of every (already ingested) conversation once, with
+    ``overrides``; returns the scored run and how many questions had a keyword word."""
+    run = SystemRun(run_name)
+    with_words = 0
+    for conv in conversations:
+        for q in scorable(conv):
+            t0 = time.perf_counter()
+            result = memory.retrieve(
+                agent_ids[conv.sample_id], q.question, config_overrides=overrides
+            )
+            run.latencies_ms.append((time.perf_counter() - t0) * 1000.0)
+            run.context_tokens.append(len(getattr(result, "context", "") or "") / 4.0)
+            with_words += bool((getattr(result, "trace", None) or {}).get("keyword_words"))
+            run.add(q, merge_units(*units_from_result(result), merge)[:TOPK])
+    return run, with_words
+
+
 def run_ablation(
     conversations: Sequence[Conversation],
     memory: Any,
@@ -96,25 +124,54 @@ def run_ablation(
         out[ablation.stage] = entry
         if ablation.overrides is None:
             continue
-        overrides = merged_overrides(base_overrides, ablation.overrides)
-        run = SystemRun(ablation.run_name)
-        with_words = 0
         start = time.perf_counter()
-        for conv in conversations:
-            for q in scorable(conv):
-                t0 = time.perf_counter()
-                result = memory.retrieve(
-                    agent_ids[conv.sample_id], q.question, config_overrides=overrides
-                )
-                run.latencies_ms.append((time.perf_counter() - t0) * 1000.0)
-                run.context_tokens.append(len(getattr(result, "context", "") or "") / 4.0)
-                with_words += bool((getattr(result, "trace", None) or {}).get("keyword_words"))
-                run.add(q, merge_units(*units_from_result(result), merge)[:TOPK])
+        run, with_words = ask_every_question(
+            conversations,
+            memory,
+            agent_ids,
+            overrides=merged_overrides(base_overrides, ablation.overrides),
+            merge=merge,
+            run_name=ablation.run_name,
+        )
         entry["questions_with_keyword_words"] = with_words
         entry["summary"] = run.summary()
         on_progress(
             f"ablation: without {ablation.stage}: R@10 "
             f"{entry['summary']['by_category']['overall']['recall@10']:.1f} "
+            f"({time.perf_counter() - start:.0f}s)"
+        )
+    return out
+
+
+def run_candidates(
+    conversations: Sequence[Conversation],
+    memory: Any,
+    agent_ids: dict[str, str],
+    candidates: Sequence[Candidate],
+    *,
+    merge: str,
+    base_overrides: dict[str, Any],
+    on_progress: Callable[[str], None] = log,
+) -> dict[str, SystemRun]:
+    """``--cv``: every question once per grid candidate, over the already ingested agents
+    (the ablation's machinery: same memory for every candidate, retrieve time only)."""
+    from bench.locomo_ablate import merged_overrides
+
+    out: dict[str, SystemRun] = {}
+    for candidate in candidates:
+        start = time.perf_counter()
+        run, _ = ask_every_question(
+            conversations,
+            memory,
+            agent_ids,
+            overrides=merged_overrides(base_overrides, candidate.overrides),
+            merge=merge,
+            run_name=candidate.name,
+        )
+        out[candidate.name] = run
+        on_progress(
+            f"cv: candidate {candidate.name}: in-sample R@10 "
+            f"{run.summary()['by_category']['overall']['recall@10']:.1f} "
             f"({time.perf_counter() - start:.0f}s)"
         )
     return out
@@ -129,12 +186,14 @@ def run_engramdb(
     retrieve_overrides: dict[str, Any] | None = None,
     embedder: Any = None,
     ablate: bool = False,
+    cv_candidates: Sequence[Candidate] = (),
     on_progress: Callable[[str], None] = log,
-) -> tuple[dict[str, SystemRun], dict[str, dict[str, Any]]]:
+) -> tuple[dict[str, SystemRun], dict[str, dict[str, Any]], dict[str, SystemRun]]:
     """Ingest each conversation as one agent, then ask its questions. Returns the headline
     run (``engramdb``, merged with ``merge``), one diagnostic run per other merge and, with
     ``embedder``, the ``facts-cosine`` reference over the same stored facts; plus, with
-    ``ablate``, the ablation table's entries (asked after every conversation is in)."""
+    ``ablate``, the ablation table's entries (asked after every conversation is in); plus, with
+    ``cv_candidates``, one run per grid candidate (``bench/locomo_cv.py``), asked likewise."""
     runs = {m: SystemRun(ENGRAMDB if m == merge else f"{ENGRAMDB}[{m}]") for m in MERGES}
     headline = runs[merge]
     facts_cosine = SystemRun(FACTS_COSINE) if embedder is not None else None
@@ -194,4 +253,17 @@ def run_engramdb(
         if ablate
         else {}
     )
-    return runs, ablation
+    candidate_runs = (
+        run_candidates(
+            conversations,
+            memory,
+            agent_ids,
+            cv_candidates,
+            merge=merge,
+            base_overrides=overrides,
+            on_progress=on_progress,
+        )
+        if cv_candidates
+        else {}
+    )
+    return runs, ablation, candidate_runs
