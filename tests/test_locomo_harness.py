@@ -30,6 +30,15 @@ from bench.locomo import (
 )
 from bench.locomo_ablate import ABLATIONS, FULL, ablation_markdown, merged_overrides
 from bench.locomo_baselines import BM25Index, DenseIndex, rank_by_scores, rrf
+from bench.locomo_cv import (
+    Candidate,
+    GridError,
+    best_candidate,
+    cross_validate,
+    cv_markdown,
+    cv_summary,
+    parse_grid,
+)
 from bench.locomo_data import (
     normalize_evidence_id,
     parse_conversation,
@@ -43,10 +52,10 @@ from engramdb.domain.extraction import ConfidenceLevel, ExtractionInput
 from engramdb.infra.providers.scripted import HashEmbedder
 
 
-def synthetic_sample() -> dict[str, Any]:
+def synthetic_sample(sample_id: str = "syn-1") -> dict[str, Any]:
     """A made-up two-session conversation in LoCoMo's JSON shape, with its quirks."""
     return {
-        "sample_id": "syn-1",
+        "sample_id": sample_id,
         "conversation": {
             "speaker_a": "Ada",
             "speaker_b": "Bo",
@@ -449,3 +458,157 @@ def test_engramdb_run_adds_facts_cosine_and_the_ablation_table(
     markdown = (out / "locomo-observations.md").read_text()
     assert "| facts-cosine |" in markdown and "## Ablation" in markdown
     assert "| messages |" in markdown
+
+
+# ----------------------------------------------------------------------------- cross-validation
+
+
+def _rows(conv: str, r10: list[float], category: int = 4, first: int = 0) -> list[dict[str, Any]]:
+    """Hand-made per-question rows of one conversation, question ids ``conv#first…``."""
+    return [
+        {
+            "qid": f"{conv}#{first + i}",
+            "category": category,
+            "recall@5": v,
+            "recall@10": v,
+            "recall@20": v,
+            "all@20": v,
+        }
+        for i, v in enumerate(r10)
+    ]
+
+
+def test_cv_chooses_on_the_other_folds_and_scores_the_held_out_one_with_it() -> None:
+    """A is best on c1–c4, B only on c5: with c5 held out, A is chosen (on c1–c4) and c5 is
+    scored with A's rows — B's better c5 score must not leak into the headline."""
+    convs = ["c1", "c2", "c3", "c4", "c5"]
+    a = [r for c in convs for r in _rows(c, [0.0, 0.0] if c == "c5" else [1.0, 1.0])]
+    b = [r for c in convs for r in _rows(c, [1.0, 1.0] if c == "c5" else [0.5, 0.5])]
+    # category 5 never counts: B's perfect adversarial rows change nothing
+    b += _rows("c1", [1.0] * 10, category=5, first=2)
+    a += _rows("c1", [0.0] * 10, category=5, first=2)
+    fold_of = {r["qid"]: r["qid"].split("#")[0] for r in a}
+    folds = cross_validate({"A": a, "B": b}, fold_of)
+    assert [f.held_out for f in folds] == convs
+    assert [f.chosen for f in folds] == ["A"] * 5
+    c5 = folds[-1]
+    assert c5.train_objective == {"A": 1.0, "B": 0.5}
+    assert c5.held_out_objective == {"A": 0.0, "B": 1.0}
+    assert [r["recall@10"] for r in c5.held_out_rows if r["category"] == 4] == [0.0, 0.0]
+    summary = cv_summary([Candidate("A", {}), Candidate("B", {"x": 1})], {"A": a, "B": b}, fold_of)
+    held = summary["held_out"]["by_category"]
+    assert held["overall"]["n"] == 10 and held["overall"]["recall@10"] == pytest.approx(80.0)
+    assert held["adversarial"]["n"] == 10 and held["adversarial"]["recall@10"] == 0.0
+    assert summary["in_sample"]["best"] == "A" and summary["in_sample"]["diagnostic_only"]
+    assert [f["chosen"] for f in summary["folds"]] == ["A"] * 5
+    assert [f["n_held_out"] for f in summary["folds"]] == [2] * 5
+
+
+def test_cv_folds_may_choose_differently_and_pool_question_weighted() -> None:
+    # A wins on c1 and c2, B on c3 (more questions): holding out c3 leaves A best; holding
+    # out c1 or c2 leaves B best (B's 3 questions outweigh A's one-conversation lead).
+    a = _rows("c1", [1.0]) + _rows("c2", [1.0]) + _rows("c3", [0.0, 0.0, 0.0])
+    b = _rows("c1", [0.0]) + _rows("c2", [0.0]) + _rows("c3", [1.0, 1.0, 1.0])
+    fold_of = {r["qid"]: r["qid"].split("#")[0] for r in a}
+    folds = cross_validate({"A": a, "B": b}, fold_of)
+    assert {f.held_out: f.chosen for f in folds} == {"c1": "B", "c2": "B", "c3": "A"}
+    held = cv_summary([Candidate("A", {}), Candidate("B", {})], {"A": a, "B": b}, fold_of)
+    assert held["held_out"]["by_category"]["overall"]["recall@10"] == 0.0  # every fold wrong
+    assert held["in_sample"]["best"] == "B"  # 3/5 in-sample: the optimistic diagnostic
+
+
+def test_cv_ties_go_to_the_first_candidate_in_the_grid() -> None:
+    same = _rows("c1", [0.5, 1.0]) + _rows("c2", [0.25])
+    fold_of = {r["qid"]: r["qid"].split("#")[0] for r in same}
+    assert best_candidate({"default": same, "other": list(same)}) == "default"
+    assert [f.chosen for f in cross_validate({"default": same, "other": same}, fold_of)] == [
+        "default",
+        "default",
+    ]
+    with pytest.raises(ValueError):
+        cross_validate({"A": _rows("c1", [1.0])}, {"c1#0": "c1"})  # one fold is no CV
+
+
+def test_grid_is_validated_against_retrieve_config() -> None:
+    grid = parse_grid(
+        [
+            {"name": "default", "config_overrides": {}},
+            {"name": "kw", "config_overrides": {"signal_weights": {"keyword": 1.0}}},
+            {"name": "bare"},
+        ]
+    )
+    assert [c.name for c in grid] == ["default", "kw", "bare"] and grid[2].overrides == {}
+    bad: list[Any] = [
+        [],
+        {"name": "x"},
+        [{"name": "x", "config_overrides": {"topk_fact": 5}}],
+        [{"name": "x", "config_overrides": {"signal_weights": {"keyword": 2.0}}}],
+        [{"name": "x"}, {"name": "x"}],
+        [{"name": "x", "overrides": {}}],
+    ]
+    for raw in bad:
+        with pytest.raises(GridError):
+            parse_grid(raw)
+    committed = Path(__file__).resolve().parents[1] / "bench" / "grids" / "weights-v1.json"
+    example = parse_grid(json.loads(committed.read_text()))
+    assert example[0] == Candidate("default", {})
+
+
+def test_cv_markdown_labels_held_out_headline_and_in_sample_diagnostic() -> None:
+    a = _rows("c1", [1.0]) + _rows("c2", [0.5])
+    fold_of = {r["qid"]: r["qid"].split("#")[0] for r in a}
+    cv = cv_summary([Candidate("default", {})], {"default": a}, fold_of)
+    bm25 = {"by_category": cv["held_out"]["by_category"]}
+    text = cv_markdown(cv, {"bm25": bm25}, {"mode": "observations", "command": "x"})
+    assert "## Held-out (headline)" in text and "| engramdb (cross-validated) | 2 |" in text
+    assert "| bm25 | 2 |" in text and "diagnostic only" in text
+    assert "| c2 | 1 | `default` |" in text
+
+
+def test_cv_option_fails_fast_on_a_bad_grid_or_a_single_conversation(tmp_path: Path) -> None:
+    data = tmp_path / "syn.json"
+    data.write_text(json.dumps([synthetic_sample()]), encoding="utf-8")
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps([{"name": "x", "config_overrides": {"nope": 1}}]))
+    assert main(["--data", str(data), "--cv", str(grid)]) == 2
+    grid.write_text(json.dumps([{"name": "default"}]))
+    assert main(["--data", str(data), "--cv", str(grid)]) == 2  # one conversation: no folds
+    assert main(["--data", str(data), "--cv", str(grid), "--skip-engramdb"]) == 2
+
+
+def test_cv_run_end_to_end_on_two_synthetic_conversations(
+    tmp_path: Path, pg_url: str, fresh_schema: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--cv``: every grid candidate asked over the same memory, one fold per conversation,
+    the held-out table beside the same-run references."""
+    schema, _env = fresh_schema("locomo_cv")
+    monkeypatch.setenv("ENGRAMDB_DB_SCHEMA", schema)
+    data = tmp_path / "syn.json"
+    data.write_text(json.dumps([synthetic_sample("syn-1"), synthetic_sample("syn-2")]))
+    grid = tmp_path / "grid.json"
+    grid.write_text(
+        json.dumps(
+            [
+                {"name": "default", "config_overrides": {}},
+                {"name": "facts-only", "config_overrides": {"topk_events": 0}},
+            ]
+        )
+    )
+    out = tmp_path / "out"
+    code = main(
+        ["--data", str(data), "--out", str(out), "--embedder", "hash-bow-384"]
+        + ["--database-url", pg_url, "--mode", "observations", "--cv", str(grid)]
+    )
+    assert code == 0
+    report = json.loads((out / "locomo-observations-cv.json").read_text())
+    cv = report["cv"]
+    assert [f["held_out"] for f in cv["folds"]] == ["syn-1", "syn-2"]
+    assert all(f["chosen"] in {"default", "facts-only"} for f in cv["folds"])
+    assert [f["n_held_out"] for f in cv["folds"]] == [3, 3]
+    assert cv["held_out"]["by_category"]["overall"]["n"] == 6
+    assert set(cv["candidates"]) == {"default", "facts-only"}
+    assert len(cv["candidates"]["default"]["questions"]) == 6  # 3 scored per conversation
+    assert {"bm25", "dense", "hybrid-rrf", "facts-cosine"} <= set(report["references"])
+    assert report["meta"]["cv_grid"] == str(grid)
+    markdown = (out / "locomo-observations-cv.md").read_text()
+    assert "| engramdb (cross-validated) | 6 |" in markdown and "| facts-cosine | 6 |" in markdown
