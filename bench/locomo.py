@@ -24,7 +24,7 @@ leave-one-conversation-out cross-validation (``bench/locomo_cv.py``), written to
 Layout: this module holds the scoring math, the raw-turn baseline run and the CLI;
 engramdb's ingest/ask/reference/ablation steps are in ``bench/locomo_engramdb.py``, the
 tables and chart in ``bench/locomo_report.py``. Why this module is long: the CLI's wiring
-(options, throwaway server, outputs) is ~190 lines that only make sense beside the run.
+(options, throwaway server, outputs, the CV files) is ~250 lines that only make sense beside the run.
 
 Outputs (in ``--out``): ``locomo-<mode>.md`` (tables), ``locomo-<mode>.json`` (config,
 aggregates, per-question scores keyed by question id — never dataset text — and, with
