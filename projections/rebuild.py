@@ -231,7 +231,7 @@ def _load(curs: Any, table: Table, rows: list[tuple[Any, ...]], model_id: str) -
             copy.write_row(row)
     if text_col is not None:
         stage_cols = sql.SQL(", ").join(sql.Identifier("s", c) for c in cols)
-        hash_expr = sql.SQL(SQL_TEXT_HASH.format(col='s."' + text_col + '"'))
+        hash_expr = sql.SQL(SQL_TEXT_HASH.format(col=table.embedded_expression("s")))
         curs.execute(
             sql.SQL(
                 "INSERT INTO {table} ({cols}, embedding) SELECT {stage_cols}, c.embedding "

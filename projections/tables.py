@@ -33,12 +33,22 @@ class Table:
     primary_key: tuple[str, ...]
     indexes: tuple[str, ...] = ()
     embedded_text: str | None = None
+    # the SQL of the exact string embedded, ``{row}`` standing for the row's alias, when it is
+    # not just ``embedded_text`` (rebuild joins the embedding cache on its hash; the view must
+    # embed the very same string in Python)
+    embedded_sql: str | None = None
     # ``(column, "type GENERATED ALWAYS AS (...) STORED")``: PostgreSQL computes them, so rows
     # never supply them (not in ``row_columns``); a table created before they were declared
     # gains them through ``ALTER TABLE ... ADD COLUMN IF NOT EXISTS`` (existing rows computed)
     generated: tuple[tuple[str, str], ...] = ()
     # statements the table's DDL needs first: the functions its generated columns call
     functions: tuple[str, ...] = ()
+
+    def embedded_expression(self, row: str) -> str:
+        """SQL of the embedded string for rows aliased ``row``."""
+        if self.embedded_sql is not None:
+            return self.embedded_sql.format(row=row)
+        return f'{row}."{self.embedded_text}"'
 
     @property
     def column_names(self) -> tuple[str, ...]:

@@ -24,6 +24,12 @@ from test_retrieve_support import (  # noqa: F401  (fixtures)
 
 from engramdb.infra.providers.scripted import ScriptedLLM
 from engramdb.services.retrieve import Retriever, RetrieveResult
+from engramdb.services.retrieve.config import RetrieveConfig
+
+# the spec's score formula (SPEC §3.3), which these worked examples pin; the default ranking
+# (reciprocal-rank fusion, ADR-0009) has its own tests in tests/test_retrieve_fusion.py
+FORMULA = {"ranking": "formula"}
+SPEC_FORMULA = RetrieveConfig(ranking="formula")
 
 
 def ids(result: RetrieveResult) -> list[str]:
@@ -38,7 +44,7 @@ def test_marcos_residence_only_porto_alegre_after_rerank(store: Store, agent_id:
         "Marcos Tavares is a product manager at Vertix": 0.05,
         "Marcos Tavares told me he moved to Porto Alegre with Carolina": 0.9,
     })
-    with Retriever(store.pool, EMBEDDER, llm=llm) as r:
+    with Retriever(store.pool, EMBEDDER, llm=llm, config=SPEC_FORMULA) as r:  # the spec's blend
         result = r.retrieve(agent_id, query)
         baseline = r.retrieve(agent_id, query, config_overrides={"enable_reranker": False})
 
@@ -62,7 +68,7 @@ def test_marcos_residence_only_porto_alegre_after_rerank(store: Store, agent_id:
 
 def test_vertix_found_through_links_across_entities(retriever: Retriever, store: Store, agent_id: str) -> None:
     load_worked_examples(store, agent_id)
-    result = retriever.retrieve(agent_id, "What happened with Vertix?")
+    result = retriever.retrieve(agent_id, "What happened with Vertix?", config_overrides=FORMULA)
     found = set(ids(result))
     four = {"f_clara_left", "f_vertix_seriesa", "f_ricardo_cofounder", "f_vertix_ambev"}
     assert four <= found
@@ -195,13 +201,13 @@ def test_reranker_failure_and_timeout_keep_original_order(store: Store, agent_id
 
 def test_spreading_activation_reaches_related_entities(retriever: Retriever, store: Store, agent_id: str) -> None:
     load_worked_examples(store, agent_id)
-    result = retriever.retrieve(agent_id, "lives in Porto Alegre", config_overrides={"graph_hops": 0})
+    result = retriever.retrieve(agent_id, "lives in Porto Alegre", config_overrides={"graph_hops": 0, **FORMULA})
     assert result.trace["spreading_candidates_returned"] >= result.trace["spreading_candidates_unique"] > 0
     spread = [f for f in result.facts if f.scores["spreading"] > 0]
     assert spread and all(f.scores["semantic"] == 0 for f in spread if f.fact_id == "f_carol_job")
     assert "f_carol_job" in {f.fact_id for f in spread}  # Porto Alegre → Marcos → Carolina (2 hops)
     off = retriever.retrieve(agent_id, "lives in Porto Alegre",
-                             config_overrides={"graph_hops": 0, "spreading_activation_hops": 0})
+                             config_overrides={"graph_hops": 0, "spreading_activation_hops": 0, **FORMULA})
     assert off.trace["spreading_candidates_returned"] == 0 and "f_carol_job" not in ids(off)
 
 

@@ -113,7 +113,7 @@ def test_overrides_change_behaviour(retriever: Retriever, store: Store, agent_id
     assert len(retriever.retrieve(agent_id, query).facts) > 2
     assert len(retriever.retrieve(agent_id, query, config_overrides={"topk_facts": 2}).facts) == 2
     assert retriever.retrieve(agent_id, query, config_overrides={"topk_events": 0}).events == []
-    strict = retriever.retrieve(agent_id, query, config_overrides={"min_score": 0.99})
+    strict = retriever.retrieve(agent_id, query, config_overrides={"min_score": 0.99, "ranking": "formula"})
     assert strict.facts == [] and strict.trace["candidates"]["dropped_min_score"] > 0
     waited: list[int] = []
     with Retriever(store.pool, EMBEDDER, wait_for_position=waited.append) as r:

@@ -23,13 +23,15 @@ from test_retrieve_support import EMBEDDER, T0, Store, load_worked_examples, sto
 from engramdb.services.http_api import create_app, export_openapi
 from engramdb.services.nats_retrieve import create_retrieve_broker, request_retrieve
 from engramdb.services.retrieve import Retriever, RetrieveRequest
+from engramdb.services.retrieve.config import RetrieveConfig
 from engramdb.services.retrieve.signals import fact_visibility
 
 
 class ReadModelMemory:
     def __init__(self, store: Store) -> None:
         self.store = store
-        self.retriever = Retriever(store.pool, EMBEDDER)
+        # the spec's formula: these round trips assert the graph-found worked examples
+        self.retriever = Retriever(store.pool, EMBEDDER, config=RetrieveConfig(ranking="formula"))
 
     def retrieve(self, agent_id: str, query: str, **kw: Any) -> Any:
         return self.retriever.retrieve(agent_id, query, **kw)

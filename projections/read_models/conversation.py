@@ -45,10 +45,20 @@ MESSAGES = Table(
         search_index("mem_messages"),
     ),
     embedded_text="text",
+    # what is embedded: "Speaker: text" (who said it is part of a turn's meaning; measured
+    # in ADR-0009) — the same string as ``embedded_message_text``
+    embedded_sql="CASE WHEN {row}.speaker IS NULL OR {row}.speaker = '' THEN {row}.text "
+    "ELSE {row}.speaker || ': ' || {row}.text END",
     # BM25 (projections/search.py): the speaker's name is searchable with the text
     generated=search_columns("coalesce(speaker, '') || ' ' || text"),
     functions=SEARCH_FUNCTIONS,
 )
+
+
+
+def embedded_message_text(speaker: str | None, text: str) -> str:
+    """The string a turn is embedded as (``MESSAGES.embedded_sql`` computes the same in SQL)."""
+    return f"{speaker}: {text}" if speaker else text
 
 _MESSAGE_INSERT = (
     f"INSERT INTO mem_messages ({', '.join(MESSAGES.row_columns)}, embedding) VALUES ("
@@ -87,11 +97,14 @@ class ConversationView(ReadModelView):
     tables = (MESSAGES,)
 
     def texts_to_embed(self, event: Any) -> list[str]:
-        return [event.text] if isinstance(event, MessageRecord.Recorded) else []
+        if isinstance(event, MessageRecord.Recorded):
+            return [embedded_message_text(event.speaker, event.text)]
+        return []
 
     @handles(MessageRecord.Recorded)
     def _recorded(self, curs: Any, e: MessageRecord.Recorded) -> None:
-        curs.execute(_MESSAGE_INSERT, {**_recorded_row(e), **self.vector_params(e.text)})
+        curs.execute(_MESSAGE_INSERT, {**_recorded_row(e),
+                                       **self.vector_params(embedded_message_text(e.speaker, e.text))})
 
     @handles(MessageRecord.Processed)
     def _processed(self, curs: Any, e: MessageRecord.Processed) -> None:
@@ -120,7 +133,7 @@ class ConversationFold(BulkFold):
             row.update(_processed_values(e))
 
     def texts(self) -> list[str]:
-        return [m["text"] for m in self.messages.values()]
+        return [embedded_message_text(m["speaker"], m["text"]) for m in self.messages.values()]
 
     def rows(self, table: str) -> list[tuple[Any, ...]]:
         if table != MESSAGES.name:

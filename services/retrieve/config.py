@@ -8,11 +8,23 @@ and leaving the caller wondering why nothing changed.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 DEFAULT_SCORE_WEIGHTS: dict[str, float] = {"semantic": 0.70, "recency": 0.20, "importance": 0.10}
+# Weights of the ranked lists fused by reciprocal rank (``ranking="rrf"``, ADR-0009): facts by
+# cosine and by BM25, conversation turns by cosine and by BM25; ``fact_graph`` the facts the
+# graph and spreading activation reached, by their strength; ``fact_formula`` the spec's score
+# formula (semantic + keyword + graph + spreading + aggregation) as one more list.
+DEFAULT_RRF_WEIGHTS: dict[str, float] = {
+    "fact_semantic": 1.0,
+    "fact_keyword": 1.0,
+    "fact_graph": 0.0,
+    "fact_formula": 0.0,
+    "message_semantic": 1.0,
+    "message_keyword": 1.0,
+}
 # How much each non-semantic signal can raise the relevance term (noisy-OR, ADR 0006).
 # Measured on LoCoMo dev (ADR 0006): keyword (IDF-weighted) earns its 0.50; graph, spreading
 # and aggregation are damped by the entity's specificity (a hub such as the user says little),
@@ -65,6 +77,15 @@ class RetrieveConfig(BaseModel):
     signal_weights: dict[str, float] = Field(
         default_factory=lambda: dict(DEFAULT_SIGNAL_WEIGHTS), description="(engramdb)"
     )
+    ranking: Literal["rrf", "formula"] = Field(
+        default="rrf",
+        description="(engramdb) 'rrf': facts and turns in one reciprocal-rank fusion of the signals' "
+        "rankings (ADR-0009); 'formula': the spec's weighted score for facts, turns apart",
+    )
+    rrf_k: float = Field(default=10.0, gt=0.0, le=1000.0, description="(engramdb) RRF constant")
+    rrf_weights: dict[str, float] = Field(
+        default_factory=lambda: dict(DEFAULT_RRF_WEIGHTS), description="(engramdb) per ranked list"
+    )
     recency_half_life_days: float = Field(default=14.0, gt=0.0)
     confidence_half_life_days: float = Field(default=180.0, gt=0.0, description="(engramdb)")
     confidence_decay_floor: float = Field(default=0.80, ge=0.0, le=1.0, description="(engramdb) confidence never decays below this share"
@@ -111,10 +132,14 @@ class RetrieveConfig(BaseModel):
         unknown = set(self.score_weights) - set(DEFAULT_SCORE_WEIGHTS)
         if unknown:
             raise ValueError(f"score_weights: unknown signal(s) {sorted(unknown)}")
+        unknown = set(self.rrf_weights) - set(DEFAULT_RRF_WEIGHTS)
+        if unknown:
+            raise ValueError(f"rrf_weights: unknown list(s) {sorted(unknown)}; known: {sorted(DEFAULT_RRF_WEIGHTS)}")
         unknown = set(self.signal_weights) - set(DEFAULT_SIGNAL_WEIGHTS)
         if unknown:
             raise ValueError(f"signal_weights: unknown signal(s) {sorted(unknown)}")
-        for name, weights in (("score_weights", self.score_weights), ("signal_weights", self.signal_weights)):
+        for name, weights in (("score_weights", self.score_weights), ("signal_weights", self.signal_weights),
+                              ("rrf_weights", self.rrf_weights)):
             for key, value in weights.items():
                 if not 0.0 <= value <= 1.0:
                     raise ValueError(f"{name}[{key!r}] must be within [0, 1], got {value}")

@@ -31,6 +31,7 @@ from engramdb.domain.ports import EmbeddingProvider, LLMProvider
 from engramdb.infra.pgsql import vector_literal
 from engramdb.services.retrieve import enhance, signals
 from engramdb.services.retrieve.config import RetrieveConfig
+from engramdb.services.retrieve.fusion import FACT, fuse_candidates
 from engramdb.services.retrieve.models import (
     RetrievalPlan,
     RetrieveResult,
@@ -43,17 +44,17 @@ from engramdb.services.retrieve.planner import (
     QueryAnalysis,
     analyze_query,
     build_plan,
-    load_lookup,
     sanitize_query,
 )
 from engramdb.services.retrieve.rank import Candidate, EventCandidate, order_key, rank, rank_events
+from engramdb.services.retrieve.rrf_signals import bm25_fact_signal, message_signals
 from engramdb.services.retrieve.stages import (
     Call,
     EventsOut,
     SideOut,
     format_result,
     merge,
-    recency_anchor,
+    plan_stage,
     rerank_candidates,
     select,
 )
@@ -169,9 +170,12 @@ class Retriever:
             # only time-slice, and every extra connection/round trip costs a context switch.
             plan, anchor, ranked, n_fact_candidates, f_events = self._fact_stages(call, conn)
         events, event_rows = self._events(call, f_events, anchor)
+        if cfg.ranking == "rrf":
+            ranked, events = self._fuse(call, ranked, events)
         with trace.stage("rerank"):
             ranked, events, rerank_trace = rerank_candidates(self.llm, q, ranked, events, cfg)
             trace.note(reranker=rerank_trace)
+            call.reranked = rerank_trace.get("status") == "ok"
         facts, scored_events = select(call, ranked, events)
         patterns = self._patterns(call, facts, scored_events)
         context = format_result(call, facts, patterns, scored_events)
@@ -230,7 +234,7 @@ class Retriever:
         call.trace.note(keyword_mode=call.modes)
         f_events = self._executor.submit(self._events_signal, call) if call.cfg.topk_events > 0 else None
         f_side, keyword = self._start_side_signals(call, conn)
-        plan, lookup, anchor = self._plan(call, conn)
+        plan, lookup, anchor = plan_stage(call, conn)
         graph_hits, graph_nodes = self._graph(call, conn, plan, lookup, anchor)
         with call.trace.stage("aggregation"):
             aggregation = signals.aggregation_facts(conn, call.agent_id, plan.pattern_queries, call.cfg, call.as_of)
@@ -241,6 +245,7 @@ class Retriever:
             with call.trace.stage("semantic"):
                 semantic = (signals.semantic_facts(conn, call.agent_id, qvec, call.cfg, call.floor, call.as_of,
                                                    self.exact_search_rows) if qvec else [])
+        call.lists["fact_semantic"] = (FACT, [fid for fid, _ in semantic])
         call.trace.count(semantic=len(semantic), keyword=len(keyword), graph=len(graph_hits),
                          aggregation=len(aggregation))
         call.trace.note(graph_entities={str(h): sorted(k for k, n in graph_nodes.items() if n.hop == h)
@@ -261,15 +266,19 @@ class Retriever:
         if self._pool_spares_one():
             return self._executor.submit(self._side_signals, call), []
         with call.trace.stage("keyword"):
-            keyword = signals.keyword_facts(conn, call.agent_id, call.words, call.cfg, call.as_of,
-                                            call.modes["mem_facts"])
+            keyword = self._keyword_facts(conn, call)
         return None, keyword
+
+    @staticmethod
+    def _keyword_facts(conn: Any, call: Call) -> list[tuple[str, float]]:
+        if call.cfg.ranking == "rrf":
+            return bm25_fact_signal(conn, call)
+        return signals.keyword_facts(conn, call.agent_id, call.words, call.cfg, call.as_of, call.modes["mem_facts"])
 
     def _side_signals(self, call: Call) -> SideOut:
         side_start = time.perf_counter()
         with self.pool.connection() as side_conn:
-            found = signals.keyword_facts(side_conn, call.agent_id, call.words, call.cfg, call.as_of,
-                                          call.modes["mem_facts"])
+            found = self._keyword_facts(side_conn, call)
             kw_ms = ms(side_start)
             qv = call.query_vector()
             sem_start = time.perf_counter()
@@ -282,31 +291,13 @@ class Retriever:
         qv = call.query_vector()
         ev_start = time.perf_counter()
         with self.pool.connection() as ev_conn:
-            sig, rows_ = signals.message_events(
-                ev_conn, call.agent_id, qv, call.words, call.cfg, call.floor, call.as_of,
-                call.modes["mem_messages"], self.exact_search_rows)
+            if call.cfg.ranking == "rrf":
+                sig, rows_ = message_signals(ev_conn, call, qv, self.exact_search_rows)
+            else:
+                sig, rows_ = signals.message_events(
+                    ev_conn, call.agent_id, qv, call.words, call.cfg, call.floor, call.as_of,
+                    call.modes["mem_messages"], self.exact_search_rows)
         return sig, rows_, ms(ev_start)
-
-    def _plan(self, call: Call, conn: Any) -> tuple[RetrievalPlan, PlannerLookup, datetime]:
-        """The plan and the recency anchor. Its timing runs from the query analysis, less the
-        keyword stage when that ran inline."""
-        trace = call.trace
-        lookup: PlannerLookup = load_lookup(conn, call.agent_id, call.analysis, call.as_of)
-        if call.as_of is not None:
-            anchor, anchor_source = call.as_of, "as_of"
-        else:
-            anchor, anchor_source = recency_anchor(conn, call.agent_id)
-        plan = build_plan(call.analysis, lookup, call.cfg.planner_expansion_limit)
-        trace.timings["plan"] = ms(call.plan_start) - trace.timings.get("keyword", 0.0)
-        trace.note(
-            recency_anchor=anchor.isoformat(),
-            recency_anchor_source=anchor_source,
-            entity_sources={
-                "deterministic": plan.entity_keys("deterministic"),
-                "expansion": plan.entity_keys("expansion"),
-            },
-        )
-        return plan, lookup, anchor
 
     def _graph(
         self, call: Call, conn: Any, plan: RetrievalPlan, lookup: PlannerLookup, anchor: datetime
@@ -375,6 +366,19 @@ class Retriever:
             event_signals, event_rows, call.trace.timings["events"] = f_events.result()
         call.trace.count(events=len(event_rows))
         return rank_events(event_rows, event_signals, call.cfg, call.floor, anchor), event_rows
+
+    def _fuse(
+        self, call: Call, ranked: list[Candidate], events: list[EventCandidate]
+    ) -> tuple[list[Candidate], list[EventCandidate]]:
+        """Facts and turns in one reciprocal-rank fusion of the signals' rankings (ADR-0009)."""
+        call.lists["fact_formula"] = (FACT, [c.fact_id for c in ranked])
+        linked = [c for c in ranked if max(c.signals.get("graph", 0.0), c.signals.get("spreading", 0.0)) > 0.0]
+        linked.sort(key=lambda c: (-max(c.signals.get("graph", 0.0), c.signals.get("spreading", 0.0)), c.fact_id))
+        call.lists["fact_graph"] = (FACT, [c.fact_id for c in linked])
+        with call.trace.stage("fuse"):
+            ranked, events, counts = fuse_candidates(call.lists, call.cfg.rrf_weights, call.cfg.rrf_k, ranked, events)
+        call.trace.count(**counts)
+        return ranked, events
 
     def _patterns(self, call: Call, facts: list[ScoredFact], events: list[ScoredEvent]) -> list[ScoredPattern]:
         patterns: list[ScoredPattern] = []

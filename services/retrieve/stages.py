@@ -13,10 +13,10 @@ from engramdb.domain.ports import LLMProvider
 from engramdb.services.retrieve import rerank, signals
 from engramdb.services.retrieve.config import RetrieveConfig
 from engramdb.services.retrieve.formatter import format_context
-from engramdb.services.retrieve.models import ScoredEvent, ScoredFact, ScoredPattern
-from engramdb.services.retrieve.planner import QueryAnalysis
+from engramdb.services.retrieve.models import RetrievalPlan, ScoredEvent, ScoredFact, ScoredPattern
+from engramdb.services.retrieve.planner import PlannerLookup, QueryAnalysis, build_plan, load_lookup
 from engramdb.services.retrieve.rank import Candidate, EventCandidate, order_key
-from engramdb.services.retrieve.trace import Trace
+from engramdb.services.retrieve.trace import Trace, ms
 
 # (keyword facts, their ms, semantic facts, their ms) from the side connection
 SideOut = tuple[list[tuple[str, float]], float, list[tuple[str, float]], float]
@@ -39,6 +39,9 @@ class Call:
     floor: float
     f_embed: Future[tuple[str, float]]
     modes: dict[str, str] = field(default_factory=dict)  # keyword mode per table
+    # ranking="rrf": list name -> (unit kind, ids best first), filled by the signal stages
+    lists: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
+    reranked: bool = False  # the LLM reranker scored this call's candidates
 
     def query_vector(self) -> str | None:
         """For the workers: the vector, or ``None`` if embedding failed (the main thread
@@ -85,19 +88,44 @@ def recency_anchor(conn: Any, agent_id: str) -> tuple[datetime, str]:
     return datetime.now(UTC), "wall_clock"
 
 
+def plan_stage(call: Call, conn: Any) -> tuple[RetrievalPlan, PlannerLookup, datetime]:
+    """The plan and the recency anchor. Its timing runs from the query analysis, less the
+    keyword stage when that ran inline."""
+    trace = call.trace
+    lookup: PlannerLookup = load_lookup(conn, call.agent_id, call.analysis, call.as_of)
+    if call.as_of is not None:
+        anchor, anchor_source = call.as_of, "as_of"
+    else:
+        anchor, anchor_source = recency_anchor(conn, call.agent_id)
+    plan = build_plan(call.analysis, lookup, call.cfg.planner_expansion_limit)
+    trace.timings["plan"] = ms(call.plan_start) - trace.timings.get("keyword", 0.0)
+    trace.note(
+        recency_anchor=anchor.isoformat(),
+        recency_anchor_source=anchor_source,
+        entity_sources={
+            "deterministic": plan.entity_keys("deterministic"),
+            "expansion": plan.entity_keys("expansion"),
+        },
+    )
+    return plan, lookup, anchor
+
+
 def select(
     call: Call, ranked: list[Candidate], events: list[EventCandidate]
 ) -> tuple[list[ScoredFact], list[ScoredEvent]]:
     """Above ``min_score``, the top facts, and the conversations they do not already say."""
     cfg = call.cfg
+    # a fused score is a rank-based share, not a relevance: min_score applies to it only
+    # once the reranker has judged the candidates
+    min_score = cfg.min_score if cfg.ranking == "formula" or call.reranked else 0.0
     before = len(ranked)
-    ranked = [c for c in ranked if c.final >= cfg.min_score and c.final > 0.0]
+    ranked = [c for c in ranked if c.final >= min_score and c.final > 0.0]
     call.trace.count(dropped_min_score=before - len(ranked))
     top = ranked[: cfg.topk_facts]
     # a turn that is the source of a returned fact adds little the fact does not say:
     # leave its place to another conversation (less repetition, more coverage)
     covered = {m for c in top for m in c.row.source_message_ids} if cfg.dedupe_events else set()
-    events = [e for e in events if e.final >= cfg.min_score and e.final > 0.0
+    events = [e for e in events if e.final >= min_score and e.final > 0.0
               and e.message_id not in covered][: cfg.topk_events]
     facts = [
         ScoredFact(

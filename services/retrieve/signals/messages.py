@@ -86,3 +86,21 @@ def message_events(
             sig["keyword"] = float(kw_s)
         rows.append((mid, text, occurred_at, speaker, session_id, cosine))
     return out, rows
+
+
+def message_rows(conn: Any, agent_id: str, ids: list[str], qvec: str | None) -> list[tuple[Any, ...]]:
+    """Rows of messages found by another signal (BM25), in ``message_events``' row shape, with
+    their cosine to the query computed in SQL."""
+    if not ids:
+        return []
+    return conn.execute(
+        """
+        SELECT m.message_id, m.text, m.occurred_at, m.speaker, m.session_id,
+               CASE WHEN m.embedding IS NULL OR %(q)s::vector IS NULL THEN NULL
+                    ELSE 1 - (m.embedding <=> %(q)s::vector) END
+          FROM mem_messages m
+         WHERE m.agent_id = %(a)s AND m.message_id = ANY(%(ids)s)
+         ORDER BY m.message_id
+        """,
+        {"a": agent_id, "ids": ids, "q": qvec},
+    ).fetchall()

@@ -1,0 +1,118 @@
+"""Reciprocal-rank fusion of facts and conversation turns into one ranking (ADR-0009).
+
+Why rank fusion and not a weighted sum of scores: the signals speak different units — a
+cosine, a BM25 score, a graph strength — whose scales move with the embedding model, the
+agent's vocabulary and the size of its memory, so hand-set weights fitted on one set of
+conversations did not transfer to others (issue 9). Ranks are comparable across signals and
+agents; RRF (``Σ w / (k + rank)``) needs one constant ``k`` and per-list weights, chosen by
+leave-one-conversation-out cross-validation.
+
+Why facts and turns in ONE ranking: a memory that stores the raw conversation must never
+retrieve worse than a search over it, and a distilled fact and the turn it came from are two
+views of the same evidence. Each list ranks either facts or turns; a turn already covered by
+a fact ranked above it (its source) is skipped, and a fact whose every source turn is already
+shown is skipped, so neither wastes a slot of the top k.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from engramdb.services.retrieve.rank import Candidate, EventCandidate
+
+FACT = "fact"
+EVENT = "event"
+
+
+@dataclass
+class Fused:
+    """One unit of the fused ranking: its RRF score and its rank in each list it was in."""
+
+    kind: str  # FACT | EVENT
+    unit_id: str
+    score: float = 0.0
+    ranks: dict[str, int] = field(default_factory=dict)  # list name -> 1-based rank
+
+
+def reciprocal_rank_fusion(
+    lists: Mapping[str, tuple[str, Sequence[str]]],
+    weights: Mapping[str, float],
+    k: float,
+) -> list[Fused]:
+    """``lists`` maps a list name to (kind, ids best first). Units are keyed by (kind, id);
+    ties break by kind (facts first), then id, so the order is deterministic."""
+    units: dict[tuple[str, str], Fused] = {}
+    for name, (kind, ids) in lists.items():
+        weight = float(weights.get(name, 0.0))
+        if weight <= 0.0:
+            continue
+        seen: set[str] = set()
+        for rank, unit_id in enumerate(ids, start=1):
+            if unit_id in seen:
+                continue
+            seen.add(unit_id)
+            unit = units.setdefault((kind, unit_id), Fused(kind, unit_id))
+            unit.score += weight / (k + rank)
+            unit.ranks[name] = rank
+    return sorted(units.values(), key=lambda u: (-u.score, u.kind != FACT, u.unit_id))
+
+
+def best_possible(weights: Mapping[str, float], names: Iterable[str], k: float) -> float:
+    """The score of a unit ranked first in every list: divides scores into [0, 1]."""
+    total = sum(max(0.0, float(weights.get(n, 0.0))) for n in names)
+    return total / (k + 1) if total > 0 else 1.0
+
+
+def without_repeats(
+    fused: Sequence[Fused], fact_sources: Mapping[str, Sequence[str]]
+) -> list[Fused]:
+    """Drop a turn a higher-ranked fact already cites, and a fact whose sources are all shown
+    above it (a fact with no known source is always kept)."""
+    shown: set[str] = set()
+    out: list[Fused] = []
+    for unit in fused:
+        covers = set(fact_sources.get(unit.unit_id, ())) if unit.kind == FACT else {unit.unit_id}
+        if covers and covers <= shown:
+            continue
+        shown |= covers
+        out.append(unit)
+    return out
+
+
+def fuse_candidates(
+    lists: Mapping[str, tuple[str, Sequence[str]]],
+    weights: Mapping[str, float],
+    k: float,
+    facts: Sequence[Candidate],
+    events: Sequence[EventCandidate],
+) -> tuple[list[Candidate], list[EventCandidate], dict[str, int]]:
+    """The fused order applied to the candidates: each gets its normalised RRF score as
+    ``formula`` and ``final`` (so the optional reranker blends into it as it does into the
+    spec's formula) and ``scores["rrf"]``; units in no list are dropped, repeats removed.
+    Returns facts and turns best first, and how many units fusion dropped as repeats."""
+    by_fact = {c.fact_id: c for c in facts}
+    by_event = {e.message_id: e for e in events}
+    present = {
+        name: (kind, [i for i in ids if i in (by_fact if kind == FACT else by_event)])
+        for name, (kind, ids) in lists.items()
+    }
+    fused = reciprocal_rank_fusion(present, weights, k)
+    kept = without_repeats(fused, {c.fact_id: c.row.source_message_ids for c in facts})
+    scale = best_possible(weights, present, k)
+    out_facts: list[Candidate] = []
+    out_events: list[EventCandidate] = []
+    for unit in kept:
+        score = round(unit.score / scale, 9)
+        ranks = {f"rank_{name}": float(rank) for name, rank in unit.ranks.items()}
+        if unit.kind == FACT:
+            cand = by_fact[unit.unit_id]
+            cand.formula = cand.final = score
+            cand.scores.update({"rrf": score, **ranks})
+            out_facts.append(cand)
+        else:
+            ev = by_event[unit.unit_id]
+            ev.formula = ev.final = score
+            ev.scores.update({"rrf": score, **ranks})
+            out_events.append(ev)
+    return out_facts, out_events, {"fused": len(fused), "dropped_repeats": len(fused) - len(kept)}

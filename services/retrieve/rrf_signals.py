@@ -1,0 +1,45 @@
+"""The ranked lists that reciprocal-rank fusion (``ranking="rrf"``, ADR-0009) reads besides
+the spec's signals: BM25 over facts and over conversation turns, and the turns' nearest
+neighbours. Each returns ids best first plus the candidate signals the formula stages use,
+so the rest of the pipeline (hydration, rerank, format) is shared by both rankings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engramdb.services.retrieve import signals
+from engramdb.services.retrieve.fusion import EVENT, FACT
+from engramdb.services.retrieve.stages import Call
+
+
+def _normalised(found: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    """BM25 scores divided by the best one: the [0, 1] keyword signal the formula expects."""
+    top = max((score for _, score in found), default=0.0)
+    return [(i, score / top if top > 0 else 0.0) for i, score in found]
+
+
+def bm25_fact_signal(conn: Any, call: Call) -> list[tuple[str, float]]:
+    """Facts by BM25 over their subject and text (``fact_keyword``), as keyword signals."""
+    found = signals.bm25_facts(conn, call.agent_id, call.query, call.as_of, call.cfg.min_confidence,
+                               call.cfg.candidate_pool)
+    call.lists["fact_keyword"] = (FACT, [fid for fid, _ in found])
+    return _normalised(found)
+
+
+def message_signals(
+    conn: Any, call: Call, qvec: str | None, exact_rows: int
+) -> tuple[dict[str, dict[str, float]], list[tuple[Any, ...]]]:
+    """Turns by cosine (``message_semantic``) and by BM25 over speaker and text
+    (``message_keyword``): their signals and rows, in ``message_events``' shapes."""
+    sig, rows = signals.message_events(conn, call.agent_id, qvec, [], call.cfg, call.floor, call.as_of,
+                                       exact_rows=exact_rows)
+    by_cosine = sorted(((mid, s["cosine"]) for mid, s in sig.items() if "cosine" in s),
+                       key=lambda t: (-t[1], t[0]))
+    call.lists["message_semantic"] = (EVENT, [mid for mid, _ in by_cosine])
+    found = signals.bm25_messages(conn, call.agent_id, call.query, call.as_of, call.cfg.candidate_pool)
+    call.lists["message_keyword"] = (EVENT, [mid for mid, _ in found])
+    known = {row[0] for row in rows}
+    rows = rows + signals.message_rows(conn, call.agent_id, [m for m, _ in found if m not in known], qvec)
+    for mid, score in _normalised(found):
+        sig.setdefault(mid, {})["keyword"] = score
+    return sig, rows
