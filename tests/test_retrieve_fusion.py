@@ -1,0 +1,75 @@
+"""The default ranking, reciprocal-rank fusion of facts and turns (ADR-0009), end to end
+against real PostgreSQL + pgvector (read-model rows written directly, as in the other
+retrieve tests)."""
+
+# ruff: noqa: F811  (pytest fixtures imported from test_retrieve_support)
+from __future__ import annotations
+
+from test_retrieve_support import (  # noqa: F401  (fixtures)
+    MARCOS,
+    T0,
+    Store,
+    load_worked_examples,
+    retriever,
+    store,
+)
+
+from engramdb.services.retrieve import Retriever
+from engramdb.services.retrieve.config import RetrieveConfig
+
+
+def test_default_ranking_is_rank_fusion_and_answers_the_worked_example(
+    retriever: Retriever, store: Store, agent_id: str
+) -> None:
+    assert RetrieveConfig().ranking == "rrf"
+    load_worked_examples(store, agent_id)
+    result = retriever.retrieve(agent_id, "Where does Marcos Tavares live?")
+    assert result.facts[0].fact_id == "f_marcos_home" and result.facts[0].entity_key == MARCOS
+    assert all(0.0 < f.score <= 1.0 and abs(f.scores["rrf"] - f.score) < 1e-6 for f in result.facts)
+    assert [f.score for f in result.facts] == sorted((f.score for f in result.facts), reverse=True)
+    assert "fuse" in result.trace["timings_ms"] and result.trace["candidates"]["fused"] >= len(result.facts)
+    # the turn that says it is returned too, ranked by its own lists
+    assert "m_marcos" in [e.message_id for e in result.events]
+
+
+def test_a_turn_is_found_by_bm25_stemming_alone(retriever: Retriever, store: Store, agent_id: str) -> None:
+    store.message(agent_id, "m_run", "Yesterday Bruno ran another marathon with his team", T0)
+    store.message(agent_id, "m_other", "The weather was grey all week", T0)
+    # the test embedder is an exact bag of words: "marathons" shares no token with the turn,
+    # only BM25's English stemming (marathons -> marathon) connects them
+    result = retriever.retrieve(agent_id, "marathons")
+    events = {e.message_id: e for e in result.events}
+    assert list(events) == ["m_run"]
+    assert events["m_run"].scores["rank_message_keyword"] == 1.0
+    assert "rank_message_semantic" not in events["m_run"].scores
+
+
+def test_a_fact_and_the_turn_it_came_from_never_both_take_a_slot(
+    retriever: Retriever, store: Store, agent_id: str
+) -> None:
+    store.entity(agent_id, "person:ana", "Ana")
+    store.message(agent_id, "m_move", "Ana moved to Lisbon last spring", T0, speaker="Ana")
+    store.fact(agent_id, "f_lisbon", "person:ana", "Ana lives in Lisbon", source_message_id="m_move")
+    result = retriever.retrieve(agent_id, "Does Ana live in Lisbon?")
+    shown = [f.fact_id for f in result.facts] + [e.message_id for e in result.events]
+    assert ("f_lisbon" in shown) != ("m_move" in shown)
+    assert result.trace["candidates"]["dropped_repeats"] == 1
+
+
+def test_graph_list_is_a_switch(retriever: Retriever, store: Store, agent_id: str) -> None:
+    load_worked_examples(store, agent_id)
+    query = "What happened with Vertix?"
+    off = retriever.retrieve(agent_id, query, config_overrides={"rrf_weights": {"fact_graph": 0.0}})
+    on = retriever.retrieve(agent_id, query, config_overrides={"rrf_weights": {"fact_graph": 1.0}})
+    # Ricardo's fact shares no word or vector with the query: only the graph reaches it
+    assert "f_ricardo_cofounder" not in [f.fact_id for f in off.facts]
+    ricardo = [f for f in on.facts if f.fact_id == "f_ricardo_cofounder"]
+    assert ricardo and ricardo[0].scores["rank_fact_graph"] >= 1.0
+
+
+def test_same_query_same_memory_same_answer(retriever: Retriever, store: Store, agent_id: str) -> None:
+    load_worked_examples(store, agent_id)
+    runs = [retriever.retrieve(agent_id, "Tell me about Bruno and marathons") for _ in range(3)]
+    shapes = {(tuple((f.fact_id, f.score) for f in r.facts), tuple((e.message_id, e.score) for e in r.events))
+              for r in runs}
+    assert len(shapes) == 1 and runs[0].facts
