@@ -82,7 +82,7 @@ class RetrieveConfig(BaseModel):
         description="(engramdb) 'rrf': facts and turns in one reciprocal-rank fusion of the signals' "
         "rankings (ADR-0009); 'formula': the spec's weighted score for facts, turns apart",
     )
-    rrf_k: float = Field(default=10.0, gt=0.0, le=1000.0, description="(engramdb) RRF constant")
+    rrf_k: float = Field(default=5.0, gt=0.0, le=1000.0, description="(engramdb) RRF constant (chosen by LOCO-CV, ADR-0009)")
     rrf_weights: dict[str, float] = Field(
         default_factory=lambda: dict(DEFAULT_RRF_WEIGHTS), description="(engramdb) per ranked list"
     )
