@@ -1,13 +1,10 @@
 """``Retriever``: Plan → Retrieve (signals, concurrently) → Merge & rank → Enhance → Rerank
 → Format (SPEC §3). Reads only the projections (read models), never the event store.
 
-Concurrency (re-measured, ADR 0006): the query embedding runs in a worker thread while the
-fact signals run in sequence on ONE pooled connection (plan → graph → aggregation → semantic
-→ hydrate → spreading), the keyword facts beside them on a second one (when the pool has at
-least 3 connections; else first on the main one); the messages search (semantic + keyword + hydrate in one
-statement) runs beside them on a second connection once the vector exists. On a 2-core box
-five concurrent connections only time-slice, and each extra connection/round trip costs a
-context switch. The whole call is synchronous and thread-safe; async callers use
+Concurrency (ADR 0006): the query embedding runs in a worker thread while the fact signals
+run in sequence on ONE pooled connection (plan → graph → aggregation → semantic → hydrate →
+spreading), keyword facts beside them on a second one (pool ≥ 3, else inline) and the
+messages on another once the vector exists. On 2 cores more connections only time-slice. The whole call is synchronous and thread-safe; async callers use
 ``asyncio.to_thread``.
 
 ``retrieve`` is a sequence of named stage methods, each timed into ``result.trace`` through
@@ -235,9 +232,14 @@ class Retriever:
         f_events = self._executor.submit(self._events_signal, call) if call.cfg.topk_events > 0 else None
         f_side, keyword = self._start_side_signals(call, conn)
         plan, lookup, anchor = plan_stage(call, conn)
-        graph_hits, graph_nodes = self._graph(call, conn, plan, lookup, anchor)
+        # graph, aggregation and spreading only feed the formula and the graph list: when rank
+        # fusion gives both no weight, their statements would be spent on nothing
+        structure = call.cfg.ranking == "formula" or any(
+            call.cfg.rrf_weights.get(name, 0.0) > 0.0 for name in ("fact_graph", "fact_formula"))
+        graph_hits, graph_nodes = self._graph(call, conn, plan, lookup, anchor) if structure else ([], {})
         with call.trace.stage("aggregation"):
-            aggregation = signals.aggregation_facts(conn, call.agent_id, plan.pattern_queries, call.cfg, call.as_of)
+            aggregation = (signals.aggregation_facts(conn, call.agent_id, plan.pattern_queries, call.cfg, call.as_of)
+                           if structure else [])
         qvec = self._query_vector(call)
         if f_side is not None:
             keyword, call.trace.timings["keyword"], semantic, call.trace.timings["semantic"] = f_side.result()
@@ -252,6 +254,10 @@ class Retriever:
                                         for h in sorted({n.hop for n in graph_nodes.values()})})
         signal_map, structural = merge(semantic, keyword, graph_hits, aggregation)
         ranked, n_merged = self._hydrate_and_rank(call, conn, signal_map, structural, qvec, anchor)
+        if not structure:
+            call.trace.note(spreading_candidates_returned=0, spreading_candidates_unique=0, spreading_entities={})
+            call.trace.count(spreading=0)
+            return plan, anchor, ranked, n_merged, f_events
         ranked, n_spread = self._spread(call, conn, ranked, set(signal_map), qvec, anchor)
         return plan, anchor, ranked, n_merged + n_spread, f_events
 
