@@ -15,12 +15,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 DEFAULT_SCORE_WEIGHTS: dict[str, float] = {"semantic": 0.70, "recency": 0.20, "importance": 0.10}
 # Weights of the ranked lists fused by reciprocal rank (``ranking="rrf"``, ADR-0009): facts by
 # cosine and by BM25, conversation turns by cosine and by BM25; ``fact_graph`` the facts the
-# graph and spreading activation reached, by their strength; ``fact_formula`` the spec's score
-# formula (semantic + keyword + graph + spreading + aggregation) as one more list.
+# graph and spreading activation reached, by their strength; ``fact_aggregation`` the facts
+# about entities of the type an aggregation query asks for ("who are my friends?", SPEC
+# §3.1; LoCoMo has almost none, so its weight is not cross-validated); ``fact_formula``
+# the spec's score formula (semantic + keyword + graph + spreading + aggregation) as one more list.
 DEFAULT_RRF_WEIGHTS: dict[str, float] = {
     "fact_semantic": 1.0,
     "fact_keyword": 1.0,
     "fact_graph": 0.0,
+    "fact_aggregation": 1.0,
     "fact_formula": 0.0,
     "message_semantic": 1.0,
     "message_keyword": 1.0,

@@ -99,7 +99,7 @@ def fuse_candidates(
     }
     fused = reciprocal_rank_fusion(present, weights, k)
     kept = without_repeats(fused, {c.fact_id: c.row.source_message_ids for c in facts})
-    scale = best_possible(weights, present, k)
+    scale = best_possible(weights, [name for name, (_, ids) in present.items() if ids], k)
     out_facts: list[Candidate] = []
     out_events: list[EventCandidate] = []
     for unit in kept:

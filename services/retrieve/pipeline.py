@@ -232,14 +232,14 @@ class Retriever:
         f_events = self._executor.submit(self._events_signal, call) if call.cfg.topk_events > 0 else None
         f_side, keyword = self._start_side_signals(call, conn)
         plan, lookup, anchor = plan_stage(call, conn)
-        # graph, aggregation and spreading only feed the formula and the graph list: when rank
-        # fusion gives both no weight, their statements would be spent on nothing
+        # graph and spreading only feed the formula and the graph list: when rank fusion gives
+        # both no weight, their statements would be spent on nothing
         structure = call.cfg.ranking == "formula" or any(
             call.cfg.rrf_weights.get(name, 0.0) > 0.0 for name in ("fact_graph", "fact_formula"))
         graph_hits, graph_nodes = self._graph(call, conn, plan, lookup, anchor) if structure else ([], {})
         with call.trace.stage("aggregation"):
-            aggregation = (signals.aggregation_facts(conn, call.agent_id, plan.pattern_queries, call.cfg, call.as_of)
-                           if structure else [])
+            aggregation = signals.aggregation_facts(conn, call.agent_id, plan.pattern_queries, call.cfg, call.as_of)
+        call.lists["fact_aggregation"] = (FACT, [fid for fid, _ in aggregation])
         qvec = self._query_vector(call)
         if f_side is not None:
             keyword, call.trace.timings["keyword"], semantic, call.trace.timings["semantic"] = f_side.result()
