@@ -41,6 +41,7 @@ def ingest_conversation(
     start = time.perf_counter()
     for session in conv.sessions:
         for turn in session.turns:
+            t0 = time.perf_counter()
             result = memory.write(
                 agent_id,
                 turn.full_text,
@@ -50,15 +51,71 @@ def ingest_conversation(
                 message_id=turn.dia_id,
                 metadata={"benchmark": "locomo", "sample_id": conv.sample_id},
             )
+            ingest["write_seconds"].append(time.perf_counter() - t0)
             position = max(position or 0, int(getattr(result, "position", 0) or 0))
             ingest["messages"] += 1
             ingest["duplicates"] += int(bool(getattr(result, "duplicate", False)))
             ingest["extraction_errors"] += int(bool(getattr(result, "extraction_error", None)))
             ingest["decisions"] += len(getattr(result, "decisions", None) or [])
+            count_extraction(memory, agent_id, turn.dia_id, result, ingest)
     memory.wait_for_projections(position, timeout=900.0)
     elapsed = time.perf_counter() - start
     ingest["seconds"] += elapsed
     return elapsed
+
+
+def error_kind(error: str | None) -> str | None:
+    """What an extraction error was, from its text: ``truncated`` (cut at ``max_tokens``),
+    ``timeout``, ``partial`` (some items dropped or capped; the rest was used) or ``failed``."""
+    if not error:
+        return None
+    if "ProviderTruncated" in error or "max_tokens" in error:
+        return "truncated"
+    if "timed out" in error:
+        return "timeout"
+    if error.startswith(("dropped ", "capped ")):
+        return "partial"
+    return "failed"
+
+
+def count_extraction(
+    memory: Any, agent_id: str, message_id: str, result: Any, ingest: dict[str, Any]
+) -> None:
+    """The extraction counters of one written message: LLM calls, facts the extractor
+    returned (read from the message's record, which the write result does not carry) and
+    the kind of its extraction error, if any."""
+    ingest["llm_calls"] += int(getattr(result, "llm_calls", 0) or 0)
+    kind = error_kind(getattr(result, "extraction_error", None))
+    if kind is not None:
+        ingest["errors_by_kind"][kind] = ingest["errors_by_kind"].get(kind, 0) + 1
+    app = getattr(memory, "app", None)
+    record = app.message_record(agent_id, message_id) if app is not None else None
+    extraction = getattr(record, "extraction", None) or {}
+    ingest["facts_extracted"] += len(extraction.get("facts") or [])
+
+
+def summarise_ingest(ingest: dict[str, Any], extractor: Any) -> dict[str, Any]:
+    """Per-message figures of the write path (issue 9: the LLM path measured)."""
+    from bench.locomo import percentile
+
+    seconds = ingest.pop("write_seconds")
+    n = max(1, ingest["messages"])
+    info = getattr(extractor, "info", None)
+    ingest["extractor"] = (
+        "/".join(str(p) for p in (info.extractor, info.model, info.prompt_version) if p)
+        if info is not None
+        else type(extractor).__name__
+    )
+    ingest["valid_extractions"] = ingest["messages"] - ingest["extraction_errors"]
+    ingest["facts_per_message"] = round(ingest["facts_extracted"] / n, 3)
+    ingest["llm_calls_per_message"] = round(ingest["llm_calls"] / n, 3)
+    ingest["truncations"] = ingest["errors_by_kind"].get("truncated", 0)
+    ingest["write_seconds"] = {
+        "p50": round(percentile(seconds, 50), 3),
+        "p95": round(percentile(seconds, 95), 3),
+        "mean": round(sum(seconds) / len(seconds), 3) if seconds else float("nan"),
+    }
+    return ingest
 
 
 def run_facts_cosine(
@@ -205,6 +262,10 @@ def run_engramdb(
         "extraction_errors": 0,
         "duplicates": 0,
         "decisions": 0,
+        "facts_extracted": 0,
+        "llm_calls": 0,
+        "errors_by_kind": {},
+        "write_seconds": [],
     }
     units_seen = {"facts": 0, "events": 0, "queries": 0}
     agent_ids: dict[str, str] = {}
@@ -232,6 +293,7 @@ def run_engramdb(
         if facts_cosine is not None:
             n_facts += run_facts_cosine(memory, conv, agent_id, embedder, facts_cosine)
     ingest["seconds"] = round(ingest["seconds"], 1)
+    summarise_ingest(ingest, getattr(memory, "extractor", None))
     n_queries = max(1, units_seen["queries"])
     headline.extra["ingest"] = ingest
     headline.extra["mean_units_returned"] = {

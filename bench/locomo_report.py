@@ -90,6 +90,16 @@ def markdown_report(
             f"{ing['duplicates']} duplicates; "
             f"mean units returned per query: {mu.get('facts', 0):.1f} facts, {mu.get('events', 0):.1f} events.",
         ]
+        if "write_seconds" in ing:
+            ws = ing["write_seconds"]
+            lines += [
+                "",
+                f"Write path (`{ing['extractor']}`): {ing['valid_extractions']}/{ing['messages']} "
+                f"valid extractions (no error), {ing['facts_per_message']:.2f} facts/message, "
+                f"{ing['llm_calls_per_message']:.2f} LLM calls/message, "
+                f"{ing['truncations']} truncated; seconds/message p50 {ws['p50']:.2f}, "
+                f"p95 {ws['p95']:.2f}; errors by kind {json.dumps(ing['errors_by_kind'])}.",
+            ]
     lines += ablation_markdown(ablation or {})
     lines += [
         "",

@@ -449,6 +449,11 @@ def test_engramdb_run_adds_facts_cosine_and_the_ablation_table(
     assert rows["syn-1#0"]["recall@20"] == 1.0 and rows["syn-1#2"]["recall@20"] == 1.0
     # the kayak fact cites D1:2 and D2:1; the read model keeps the turn that completed it
     assert rows["syn-1#1"]["recall@20"] >= 0.5
+    ingest = systems["engramdb"]["ingest"]  # the write path's per-message figures
+    assert ingest["facts_extracted"] == 3 and ingest["llm_calls_per_message"] == 0
+    assert ingest["valid_extractions"] == ingest["messages"] > 0
+    assert ingest["extractor"].startswith("observations") and ingest["truncations"] == 0
+    assert 0 < ingest["write_seconds"]["p50"] <= ingest["write_seconds"]["p95"]
     ablation = report["ablation"]
     assert list(ablation) == [a.stage for a in ABLATIONS]
     for stage, entry in ablation.items():
@@ -458,6 +463,7 @@ def test_engramdb_run_adds_facts_cosine_and_the_ablation_table(
     markdown = (out / "locomo-observations.md").read_text()
     assert "| facts-cosine |" in markdown and "## Ablation" in markdown
     assert "| messages |" in markdown
+    assert "Write path (`observations" in markdown
 
 
 # ----------------------------------------------------------------------------- cross-validation
