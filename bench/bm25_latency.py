@@ -13,18 +13,16 @@ from __future__ import annotations
 
 import argparse
 import random
-import shutil
 import statistics
-import tempfile
 import time
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import psycopg
 from psycopg import sql
 
+from bench.throwaway_db import database_url
 from engramdb.projections.read_models.conversation import MESSAGES
 from engramdb.projections.schema import read_model_ddl
 from engramdb.services.retrieve.signals import bm25_facts, bm25_messages
@@ -81,18 +79,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     vocab = [f"word{i}" for i in range(3000)]
     weights = [1.0 / (r + 1) for r in range(len(vocab))]  # Zipf: word0 is in most rows
 
-    tmp: Path | None = None
-    handle = None
-    url = args.database_url
-    if not url:
-        from engramdb.infra.database import ensure_extensions
-        from engramdb.infra.embedded_postgres import ensure_postgres
-
-        tmp = Path(tempfile.mkdtemp(prefix="engramdb-bm25-", dir="/tmp"))
-        handle = ensure_postgres(tmp, fast_unsafe=True)
-        url = handle.url
-        ensure_extensions(url)
     schema = f"bench_bm25_{uuid.uuid4().hex[:8]}"
+    with database_url(args.database_url, "engramdb-bm25-") as url:
+        run(url, schema, args, rng, vocab, weights)
+
+
+def run(url: str, schema: str, args: argparse.Namespace, rng: random.Random, vocab: list[str],
+        weights: list[float]) -> None:
     try:
         started = time.perf_counter()
         load(url, schema, args.rows, rng, vocab, weights)
@@ -122,10 +115,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     finally:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
-        if handle is not None:
-            handle.stop()
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -19,9 +19,7 @@ import argparse
 import importlib
 import json
 import os
-import shutil
 import statistics
-import tempfile
 import time
 import uuid
 from collections.abc import Sequence
@@ -36,6 +34,7 @@ import psycopg  # noqa: E402
 from psycopg import sql  # noqa: E402
 from psycopg_pool import ConnectionPool  # noqa: E402
 
+from bench.throwaway_db import database_url  # noqa: E402
 from engramdb.projections.schema import read_model_ddl, vector_index_ddl  # noqa: E402
 from engramdb.services.retrieve import Retriever  # noqa: E402
 
@@ -295,19 +294,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     vocab = [f"w{i:04d}x" for i in range(2000)]
     centroids = unit(rng.normal(size=(400, DIM)).astype(np.float32))
 
-    tmp: Path | None = None
-    handle = None
-    url = args.database_url
-    if not url:
-        from engramdb.infra.database import ensure_extensions
-        from engramdb.infra.embedded_postgres import ensure_postgres
-
-        tmp = Path(tempfile.mkdtemp(prefix="engramdb-bench-", dir="/tmp"))
-        handle = ensure_postgres(tmp, fast_unsafe=True)
-        url = handle.url
-        ensure_extensions(url)
     schema = args.schema or f"bench_rt_{uuid.uuid4().hex[:8]}"
     keep = args.keep or bool(args.schema)
+    with database_url(args.database_url) as url:
+        measure(url, schema, keep, args, sizes, rng, vocab, centroids)
+
+
+def measure(url: str, schema: str, keep: bool, args: argparse.Namespace, sizes: list[int],
+            rng: np.random.Generator, vocab: list[str], centroids: np.ndarray) -> None:
+    """Load (or reuse) the schema, time every contender, drop the schema unless kept."""
     try:
         with psycopg.connect(url, autocommit=True) as conn:
             exists = conn.execute(
@@ -421,10 +416,6 @@ def main(argv: Sequence[str] | None = None) -> None:
                 conn.execute(
                     sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
                 )
-        if handle is not None:
-            handle.stop()
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
