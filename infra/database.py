@@ -112,10 +112,13 @@ def ensure_extensions(url: str, schema: str = "public") -> dict[str, str]:
 
 
 def resolve_nats(settings: Settings) -> str:
-    """External ``ENGRAMDB_NATS_URL`` if set, else the embedded server's URL (started or
-    reused; released at interpreter exit — use ``EmbeddedServers`` for explicit lifetime)."""
+    """External ``ENGRAMDB_NATS_URL`` (plus ``ENGRAMDB_NATS_USER``/``_PASSWORD``) if set, else
+    the embedded server's URL with the service credentials (started or reused; released at
+    interpreter exit — use ``EmbeddedServers`` for explicit lifetime)."""
     if settings.nats_url:
-        return settings.nats_url
+        from engramdb.infra.nats_auth import with_credentials
+
+        return with_credentials(settings.nats_url, settings.nats_user, settings.nats_password)
     from engramdb.infra.embedded_nats import ensure_nats
 
     return ensure_nats(settings.data_dir).url

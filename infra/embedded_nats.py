@@ -6,6 +6,8 @@ installs) still work. JetStream stores in ``<data_dir>/nats``; client and monito
 listen on 127.0.0.1 only. Readiness = monitor ``/healthz?js-enabled-only=true`` answering 200.
 Reuse, reference counting and stale-state handling mirror the PostgreSQL side (ADR 0002).
 NATS does not refuse root, so as root it simply runs as root (its store dir is 0700).
+Clients must authenticate: the server runs with the generated ``nats-auth/nats-server.conf``
+and the handle's URL carries the service identity (``infra/nats_auth.py``, ADR-0011).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 
 import psutil
 
+from engramdb.infra import nats_auth
 from engramdb.infra.embedded_base import (
     ClientRegistry,
     EmbeddedServerError,
@@ -69,7 +72,7 @@ def nats_server_binary() -> Path:
 
 @dataclass
 class NatsHandle(ReleasableHandle):
-    url: str
+    url: str = field(repr=False)  # carries the service password
     monitor_url: str
     pid: int
     data_dir: Path
@@ -119,10 +122,13 @@ def _kill(pid: int) -> None:
 def _spawn(
     binary: Path, store_dir: Path, log_path: Path, port: int, mport: int
 ) -> subprocess.Popen[bytes]:
+    config = nats_auth.write_server_config(store_dir.parent)
     with open(log_path, "ab") as log_fh:
         return subprocess.Popen(
             [
                 str(binary),
+                "-c",
+                str(config),
                 "-js",
                 "-sd",
                 str(store_dir),
@@ -158,6 +164,7 @@ def ensure_nats(data_dir: Path | str, *, stop_on_exit: bool = True) -> NatsHandl
         started = False
         if not (
             isinstance(pid, int)
+            and state.get("auth") is True  # a server from before ADR-0011 is replaced
             and _is_our_server(pid, state.get("create_time"), store_dir)
             and wait_until(lambda: _healthy(state["monitor_port"]), 5, interval=0.1)
         ):
@@ -189,11 +196,15 @@ def ensure_nats(data_dir: Path | str, *, stop_on_exit: bool = True) -> NatsHandl
                 "create_time": process_start_time(proc.pid),
                 "port": port,
                 "monitor_port": mport,
+                "auth": True,
             }
             write_json(state_path, state)
             started = True
+        service = nats_auth.load_users(data_dir)["service"]
         handle = NatsHandle(
-            url=f"nats://127.0.0.1:{state['port']}",
+            url=nats_auth.with_credentials(
+                f"nats://127.0.0.1:{state['port']}", service["user"], service["password"]
+            ),
             monitor_url=f"http://127.0.0.1:{state['monitor_port']}",
             pid=state["pid"],
             data_dir=data_dir,
@@ -230,3 +241,12 @@ def nats_running(data_dir: Path | str) -> int | None:
     if isinstance(pid, int) and _is_our_server(pid, state.get("create_time"), data_dir / "nats"):
         return pid
     return None
+
+
+def reload_nats(data_dir: Path | str) -> bool:
+    """Make a running embedded server re-read its config (new users); False if none runs."""
+    pid = nats_running(data_dir)
+    if pid is None:
+        return False
+    os.kill(pid, signal.SIGHUP)
+    return True

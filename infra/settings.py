@@ -43,6 +43,17 @@ class Settings(BaseSettings):
     http_host: str = "127.0.0.1"
     http_port: int = 8787
     subject_prefix: str = "engramdb"
+    # Security (ADR-0011)
+    api_keys: str | None = Field(
+        default=None,
+        description="HTTP API keys: a JSON file path or inline JSON; unset = "
+        "<data_dir>/api-keys.json if present, else none (loopback only)",
+    )
+    http_allowed_hosts: str = Field(
+        default="", description="extra Host headers to accept, comma-separated (e.g. mem.example.com)"
+    )
+    nats_user: str | None = Field(default=None, description="user for an external NATS")
+    nats_password: str | None = Field(default=None, description="password for an external NATS")
 
 
 def load_settings() -> Settings:

@@ -15,6 +15,8 @@ from typing import Annotated
 
 import typer
 
+from engramdb.services.cli_security import keys_app, nats_user_app
+
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
@@ -22,6 +24,8 @@ app = typer.Typer(
 )
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (see bench/ and docs/benchmarks.md).")
 app.add_typer(bench_app, name="bench")
+app.add_typer(keys_app, name="keys")
+app.add_typer(nats_user_app, name="nats-user")
 
 
 def _parse_time(value: str | None) -> datetime | None:

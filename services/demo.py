@@ -11,6 +11,7 @@ import time
 from datetime import UTC, datetime
 
 from engramdb.infra.database import resolve_nats
+from engramdb.infra.nats_auth import redact_url
 from engramdb.infra.settings import load_settings
 from engramdb.services.ingest import IngestThread, build_ingest_app
 from engramdb.services.memory import Memory
@@ -55,7 +56,7 @@ def run_demo() -> None:
     settings = load_settings()
     with Memory.open(settings) as memory:
         nats_url = resolve_nats(settings)
-        _line(f"publishing {len(CONVERSATION)} messages onto NATS ({nats_url})")
+        _line(f"publishing {len(CONVERSATION)} messages onto NATS ({redact_url(nats_url)})")
         results: list = []
         app, _broker = build_ingest_app(nats_url, memory.pipeline, on_result=results.append)
         with IngestThread(app):

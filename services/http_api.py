@@ -16,15 +16,21 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
-from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, ValidationError
 
+from engramdb.infra.api_keys import Grant
+from engramdb.services.http_auth import authorize, require
 from engramdb.services.messages import ConversationMessage
 from engramdb.services.retrieve.config import UnknownConfigKey
 from engramdb.services.retrieve.models import RetrieveRequest, RetrieveResult
 
 API_VERSION = "1"
+_AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"description": "missing or unknown API key"},
+    403: {"description": "the key does not cover this agent or scope"},
+}
 
 
 class ErrorDetail(BaseModel):
@@ -85,10 +91,13 @@ def create_app(memory: Any, *, title: str = "engramdb") -> FastAPI:
     @app.post(
         "/v1/retrieve",
         response_model=RetrieveResult,
-        responses={422: {"model": ErrorBody}},
+        responses={422: {"model": ErrorBody}, **_AUTH_ERRORS},
         summary="Retrieve the facts and conversations relevant to a query",
     )
-    async def retrieve(request: RetrieveRequest) -> Any:
+    async def retrieve(
+        request: RetrieveRequest, grant: Annotated[Grant, Depends(require("read"))]
+    ) -> Any:
+        authorize(grant, "read", request.agent_id)
         try:
             result = await anyio.to_thread.run_sync(lambda: request.send_to(memory))
         except UnknownConfigKey as exc:
@@ -112,10 +121,13 @@ def create_app(memory: Any, *, title: str = "engramdb") -> FastAPI:
 
     @app.post(
         "/v1/messages",
-        responses={422: {"model": ErrorBody}},
+        responses={422: {"model": ErrorBody}, **_AUTH_ERRORS},
         summary="Write one conversation turn (recorded first, then extracted)",
     )
-    async def write_message(message: ConversationMessage) -> Any:
+    async def write_message(
+        message: ConversationMessage, grant: Annotated[Grant, Depends(require("write"))]
+    ) -> Any:
+        authorize(grant, "write", message.agent_id)
         result = await anyio.to_thread.run_sync(
             lambda: memory.write(
                 message.agent_id,
@@ -131,12 +143,15 @@ def create_app(memory: Any, *, title: str = "engramdb") -> FastAPI:
 
     @app.get(
         "/v1/agents/{agent_id}/facts",
-        responses={422: {"model": ErrorBody}},
+        responses={422: {"model": ErrorBody}, **_AUTH_ERRORS},
         summary="The agent's facts as memory knew and held them at `as_of` (default: now)",
     )
     async def facts(
-        agent_id: str, as_of: Annotated[datetime | None, Query(description="ISO 8601")] = None
+        agent_id: str,
+        grant: Annotated[Grant, Depends(require("read"))],
+        as_of: Annotated[datetime | None, Query(description="ISO 8601")] = None,
     ) -> Any:
+        authorize(grant, "read", agent_id)
         when = as_of or datetime.now(UTC)
         if when.tzinfo is None:
             when = when.replace(tzinfo=UTC)
@@ -144,10 +159,13 @@ def create_app(memory: Any, *, title: str = "engramdb") -> FastAPI:
 
     @app.get(
         "/v1/agents/{agent_id}/facts/{fact_id}/history",
-        responses={404: {"description": "no decision ever touched this fact"}},
+        responses={404: {"description": "no decision ever touched this fact"}, **_AUTH_ERRORS},
         summary="Every decision that touched a fact, with the message that caused it",
     )
-    async def history(agent_id: str, fact_id: str) -> Any:
+    async def history(
+        agent_id: str, fact_id: str, grant: Annotated[Grant, Depends(require("read"))]
+    ) -> Any:
+        authorize(grant, "read", agent_id)
         entries = await anyio.to_thread.run_sync(lambda: memory.history(agent_id, fact_id))
         if not entries:
             raise HTTPException(

@@ -8,6 +8,10 @@ requester always gets an answer instead of waiting for its timeout.
 Core NATS (not JetStream): a query is ephemeral, replaying it later has no value. Replicas
 share the queue group ``engramdb-retrieve`` so each request is answered once; scaling out is
 starting more replicas. The facade is synchronous: calls run on a worker thread.
+
+``<prefix>.retrieve.<agent-token>`` answers the same requests for that one agent only (a
+request naming another agent gets a ``forbidden`` error): NATS permissions can then let a
+publisher identity read exactly its agents' memory (ADR-0011).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import anyio
 from faststream.nats import NatsBroker, NatsMessage
 from pydantic import BaseModel, Field, ValidationError
 
+from engramdb.services.messages import agent_token
 from engramdb.services.retrieve.config import UnknownConfigKey
 from engramdb.services.retrieve.models import RetrieveRequest, RetrieveResult
 
@@ -34,7 +39,7 @@ class RetrieveReply(BaseModel):
 
     result: RetrieveResult | None = None
     error: str | None = None
-    error_type: str | None = Field(default=None, description="validation | internal")
+    error_type: str | None = Field(default=None, description="validation | forbidden | internal")
 
 
 def _error(kind: str, message: str) -> dict[str, Any]:
@@ -49,14 +54,19 @@ def _describe(exc: ValidationError, prefix: str = "") -> str:
     return "; ".join(parts)
 
 
-async def handle_request(memory: Any, raw: bytes | str) -> dict[str, Any]:
-    """Validate, run the retrieve on a thread, and always return a reply dict."""
+async def handle_request(
+    memory: Any, raw: bytes | str, subject_token: str | None = None
+) -> dict[str, Any]:
+    """Validate, run the retrieve on a thread, and always return a reply dict.
+    ``subject_token``: the request came on an agent's own subject; only that agent is served."""
     try:
         payload = json.loads(raw) if isinstance(raw, bytes | str) else raw
         request = RetrieveRequest.model_validate(payload)
     except ValueError as exc:  # JSON errors and ValidationError
         text = _describe(exc) if isinstance(exc, ValidationError) else f"invalid JSON: {exc}"
         return _error("validation", text)
+    if subject_token is not None and agent_token(request.agent_id) != subject_token:
+        return _error("forbidden", "this subject serves another agent's retrieve requests")
     try:
         result = await anyio.to_thread.run_sync(lambda: request.send_to(memory))
     except UnknownConfigKey as exc:
@@ -77,6 +87,11 @@ def register_retrieve(broker: NatsBroker, memory: Any, subject: str = DEFAULT_SU
     @broker.subscriber(subject, queue=QUEUE_GROUP)
     async def retrieve_responder(msg: NatsMessage) -> dict[str, Any]:
         return await handle_request(memory, msg.body)
+
+    @broker.subscriber(f"{subject}.*", queue=QUEUE_GROUP)
+    async def agent_retrieve_responder(msg: NatsMessage) -> dict[str, Any]:
+        token = msg.raw_message.subject.rsplit(".", 1)[-1]
+        return await handle_request(memory, msg.body, subject_token=token)
 
     return retrieve_responder
 

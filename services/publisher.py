@@ -47,15 +47,27 @@ async def ensure_stream(js: Any, config: StreamConfig) -> None:
 class MessagePublisher:
     """One connection for many publications (``async with MessagePublisher(url) as p``)."""
 
-    def __init__(self, nats_url: str, prefix: str = DEFAULT_PREFIX, timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        nats_url: str,
+        prefix: str = DEFAULT_PREFIX,
+        timeout: float = 5.0,
+        *,
+        inbox_prefix: str | None = None,
+    ) -> None:
+        """``inbox_prefix``: ``_INBOX_<user>`` for a publisher identity (ADR-0011)."""
         self.nats_url = nats_url
         self.prefix = prefix
         self.timeout = timeout
+        self.inbox_prefix = inbox_prefix
         self._nc: Any = None
         self._js: Any = None
 
     async def __aenter__(self) -> MessagePublisher:
-        self._nc = await nats.connect(self.nats_url, connect_timeout=self.timeout, max_reconnect_attempts=3)
+        extra: dict[str, Any] = {"inbox_prefix": self.inbox_prefix} if self.inbox_prefix else {}
+        self._nc = await nats.connect(
+            self.nats_url, connect_timeout=self.timeout, max_reconnect_attempts=3, **extra
+        )
         self._js = self._nc.jetstream(timeout=self.timeout)
         await ensure_stream(self._js, messages_stream_config(self.prefix))
         return self

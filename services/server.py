@@ -16,9 +16,12 @@ import signal
 
 import uvicorn
 
+from engramdb.infra.api_keys import ApiKeyConfigError, KeyRing, load_keyring
 from engramdb.infra.database import resolve_nats
+from engramdb.infra.nats_auth import redact_url
 from engramdb.infra.settings import Settings, load_settings
 from engramdb.services.http_api import create_app
+from engramdb.services.http_auth import allowed_hosts, check_bind, secure
 from engramdb.services.ingest import IngestThread, build_ingest_app
 from engramdb.services.memory import Memory
 from engramdb.services.nats_retrieve import create_retrieve_broker
@@ -32,6 +35,8 @@ def run_server(role: str = "all", settings: Settings | None = None) -> None:
         raise SystemExit(f"unknown role {role!r}; choose one of {', '.join(ROLES)}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     settings = settings or load_settings()
+    if role in ("all", "retrieve"):  # fail before starting anything
+        _keyring(settings)
     projectors = role in ("all", "projector")
     with Memory.open(settings, start_projectors=projectors) as memory:
         nats_url = resolve_nats(settings) if role != "projector" else None
@@ -40,7 +45,7 @@ def run_server(role: str = "all", settings: Settings | None = None) -> None:
         if role in ("all", "ingest") and nats_url is not None:
             app, _broker = build_ingest_app(nats_url, memory.pipeline)
             ingest = IngestThread(app).start()
-            log.info("ingest consuming %s.messages.> on %s", settings.subject_prefix, nats_url)
+            log.info("ingest consuming %s.messages.> on %s", settings.subject_prefix, redact_url(nats_url))
         try:
             if role in ("all", "retrieve") and nats_url is not None:
                 asyncio.run(_serve_retrieve(memory, nats_url, settings))
@@ -55,13 +60,28 @@ async def _serve_retrieve(memory: Memory, nats_url: str, settings: Settings) -> 
     broker = create_retrieve_broker(memory, nats_url)
     await broker.start()
     log.info("retrieve answering on NATS subject engramdb.retrieve")
+    app = secure(
+        create_app(memory),
+        _keyring(settings),
+        allowed_hosts(settings.http_host, settings.http_allowed_hosts),
+    )
     config = uvicorn.Config(
-        create_app(memory), host=settings.http_host, port=settings.http_port, log_level="info"
+        app, host=settings.http_host, port=settings.http_port, log_level="info"
     )
     try:
         await uvicorn.Server(config).serve()
     finally:
         await broker.stop()
+
+
+def _keyring(settings: Settings) -> KeyRing:
+    """The HTTP key ring; exits with the reason if it is unusable or the bind is unsafe."""
+    try:
+        ring = load_keyring(settings.api_keys, settings.data_dir)
+    except ApiKeyConfigError as exc:
+        raise SystemExit(str(exc)) from None
+    check_bind(settings.http_host, ring)
+    return ring
 
 
 def _block_until_signal() -> None:
