@@ -7,7 +7,7 @@ inline ``ENGRAMDB_API_KEYS`` JSON value (handy in compose files) may also give a
 clear, which is hashed on load.
 
 Each entry grants ``scopes`` (``read``, ``write``, ``admin``; admin implies both others) on
-``agents``: exact ids (``agent-1``), prefixes ending in ``*`` (``team-a/*``) or ``*`` (all).
+``agents``: exact ids (``agent-1``), prefixes ending in ``*`` (``team-a:*``) or ``*`` (all).
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def _grant(entry: Any, where: str) -> Grant:
         raise ApiKeyConfigError(f"{where}: a key needs 'sha256' (64 hex chars) or 'key'")
     agents = entry.get("agents")
     if not isinstance(agents, list) or not agents or not all(isinstance(a, str) and a for a in agents):
-        raise ApiKeyConfigError(f"{where}: 'agents' must be a non-empty list, e.g. [\"team-a/*\"]")
+        raise ApiKeyConfigError(f"{where}: 'agents' must be a non-empty list, e.g. [\"team-a:*\"]")
     scopes = entry.get("scopes")
     if not isinstance(scopes, list) or not scopes or not set(scopes) <= set(SCOPES):
         raise ApiKeyConfigError(f"{where}: 'scopes' must be a non-empty subset of {list(SCOPES)}")
@@ -127,7 +127,7 @@ def read_keys_file(path: Path) -> KeyRing:
     except FileNotFoundError:
         raise ApiKeyConfigError(
             f"ENGRAMDB_API_KEYS names {path}, which does not exist; create a key with "
-            "`engramdb keys create --agents 'a/*' --scope read`"
+            "`engramdb keys create --agents 'a:*' --scope read`"
         ) from None
     except (OSError, ValueError) as exc:
         raise ApiKeyConfigError(f"cannot read API keys from {path}: {exc}") from None

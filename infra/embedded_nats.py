@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import importlib.metadata
+import json
 import logging
 import os
 import shutil
@@ -122,7 +123,10 @@ def _kill(pid: int) -> None:
 def _spawn(
     binary: Path, store_dir: Path, log_path: Path, port: int, mport: int
 ) -> subprocess.Popen[bytes]:
-    config = nats_auth.write_server_config(store_dir.parent)
+    config = nats_auth.write_server_config(
+        store_dir.parent,
+        {"server_name": SERVER_NAME},
+    )
     with open(log_path, "ab") as log_fh:
         return subprocess.Popen(
             [
@@ -243,10 +247,26 @@ def nats_running(data_dir: Path | str) -> int | None:
     return None
 
 
+def _config_load_time(monitor_port: int) -> str | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{monitor_port}/varz", timeout=2) as resp:
+            return str(json.load(resp).get("config_load_time"))
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
 def reload_nats(data_dir: Path | str) -> bool:
-    """Make a running embedded server re-read its config (new users); False if none runs."""
+    """Make a running embedded server re-read its config (new users) and wait until it has;
+    False if none runs."""
+    data_dir = Path(data_dir).expanduser().resolve()
     pid = nats_running(data_dir)
     if pid is None:
         return False
+    mport = read_json(data_dir / "run" / "nats.json").get("monitor_port")
+    before = _config_load_time(mport) if isinstance(mport, int) else None
     os.kill(pid, signal.SIGHUP)
+    if isinstance(mport, int) and not wait_until(
+        lambda: _config_load_time(mport) not in (None, before), 10, interval=0.05
+    ):
+        raise EmbeddedServerError(f"nats-server {pid} did not reload its config; see its log")
     return True

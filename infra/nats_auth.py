@@ -68,7 +68,9 @@ def publisher_permissions(user: str, subjects: list[str], stream: str) -> dict[s
     }
 
 
-def render_config(users: dict[str, Any]) -> str:
+def render_config(users: dict[str, Any], server: dict[str, Any] | None = None) -> str:
+    """``server``: settings that are also given as flags (a reload refuses to see them
+    change, e.g. ``server_name``), so they must be in the file too."""
     entries: list[dict[str, Any]] = [dict(users["service"])]
     for pub in users.get("publishers", []):
         entries.append(
@@ -78,13 +80,20 @@ def render_config(users: dict[str, Any]) -> str:
                 "permissions": publisher_permissions(pub["user"], pub["subjects"], pub["stream"]),
             }
         )
-    return json.dumps({"authorization": {"users": entries}}, indent=2) + "\n"
+    return json.dumps({**(server or {}), "authorization": {"users": entries}}, indent=2) + "\n"
 
 
-def write_server_config(data_dir: Path) -> Path:
-    """(Re)write ``nats-server.conf`` from ``users.json``; returns its path."""
-    path = auth_dir(data_dir) / "nats-server.conf"
-    _write_private(path, render_config(load_users(data_dir)))
+def write_server_config(data_dir: Path, server: dict[str, Any] | None = None) -> Path:
+    """(Re)write ``nats-server.conf`` from ``users.json`` (``server``: as given when the server
+    started, kept in ``server.json`` for reloads); returns its path."""
+    folder = auth_dir(data_dir)
+    if server is None:
+        saved = folder / "server.json"
+        server = json.loads(saved.read_text(encoding="utf-8")) if saved.is_file() else {}
+    else:
+        _write_private(folder / "server.json", json.dumps(server) + "\n")
+    path = folder / "nats-server.conf"
+    _write_private(path, render_config(load_users(data_dir), server))
     return path
 
 

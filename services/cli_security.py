@@ -33,7 +33,7 @@ def _keys_file(file: Path | None) -> Path:
 
 @keys_app.command("create")
 def keys_create(
-    agents: Annotated[list[str], typer.Option("--agents", help="agent ids or prefixes: 'a/*', '*'")],
+    agents: Annotated[list[str], typer.Option("--agents", help="agent ids or prefixes: 'a:*', '*'")],
     scope: Annotated[list[str], typer.Option("--scope", help="read | write | admin (repeatable)")],
     note: Annotated[str, typer.Option(help="what the key is for")] = "",
     file: Annotated[Path | None, typer.Option(help="keys file (default: ENGRAMDB_API_KEYS "

@@ -69,7 +69,14 @@ class MessagePublisher:
             self.nats_url, connect_timeout=self.timeout, max_reconnect_attempts=3, **extra
         )
         self._js = self._nc.jetstream(timeout=self.timeout)
-        await ensure_stream(self._js, messages_stream_config(self.prefix))
+        try:
+            await ensure_stream(self._js, messages_stream_config(self.prefix))
+        except nats.errors.TimeoutError:  # a publisher identity may not create streams
+            await self._nc.close()
+            raise RuntimeError(
+                f"stream {messages_stream_name(self.prefix)} does not exist and these NATS "
+                "credentials may not create it: start `engramdb serve` first"
+            ) from None
         return self
 
     async def __aexit__(self, *exc: object) -> None:

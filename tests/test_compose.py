@@ -84,3 +84,23 @@ def test_brokers_have_vector_and_jetstream(compose: dict[str, Any]) -> None:
 def test_dockerfile_installs_the_package() -> None:
     text = (ROOT / "Dockerfile").read_text()
     assert "FROM python:3.11-slim" in text and "pip install ." in text
+
+
+def test_http_is_published_on_loopback_and_needs_keys(compose: dict[str, Any]) -> None:
+    for name, svc in compose["services"].items():
+        for port in svc.get("ports") or []:
+            assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} beyond loopback"
+    env = _env(compose["services"]["retrieve"])
+    assert env["ENGRAMDB_HTTP_HOST"] == "0.0.0.0"  # inside the container; keys are then required
+    assert re.fullmatch(r"\$\{ENGRAMDB_API_KEYS:\?.+\}", env["ENGRAMDB_API_KEYS"])
+
+
+def test_nats_needs_the_password_the_roles_use(compose: dict[str, Any]) -> None:
+    command = compose["services"]["nats"]["command"]
+    user = command[command.index("--user") + 1]
+    password = command[command.index("--pass") + 1]
+    assert password.startswith("${NATS_PASSWORD:?")
+    for role in ROLES:
+        env = _env(compose["services"][role])
+        assert env["ENGRAMDB_NATS_USER"] == user
+        assert env["ENGRAMDB_NATS_PASSWORD"].startswith("${NATS_PASSWORD:?")

@@ -196,7 +196,8 @@ def test_embedded_servers_context_manager(data_dir: Path) -> None:
         assert _query(
             servers.database.url, "SELECT extname FROM pg_extension WHERE extname='vector'"
         )
-        assert servers.nats_url.startswith("nats://127.0.0.1:")
+        assert servers.nats_url.startswith("nats://engramdb:")  # the service identity (ADR-0011)
+        assert servers.nats_url.split("@")[1].startswith("127.0.0.1:")
     assert postgres_running(data_dir) is None and nats_running(data_dir) is None
 
 
