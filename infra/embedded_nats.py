@@ -173,7 +173,10 @@ def ensure_nats(data_dir: Path | str, *, stop_on_exit: bool = True) -> NatsHandl
             and wait_until(lambda: _healthy(state["monitor_port"]), 5, interval=0.1)
         ):
             if isinstance(pid, int) and _is_our_server(pid, state.get("create_time"), store_dir):
-                log.warning("embedded nats-server %s is unhealthy; restarting it", pid)
+                log.warning(
+                    "embedded nats-server %s is unhealthy or runs without credentials; "
+                    "restarting it", pid
+                )
                 _kill(pid)
             registry.clear()
             binary = nats_server_binary()

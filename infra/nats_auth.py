@@ -26,7 +26,9 @@ import re
 import secrets
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
+
+from engramdb.infra.embedded_base import file_lock
 
 SERVICE_USER = "engramdb"
 AUTH_DIR = "nats-auth"
@@ -102,6 +104,13 @@ def new_publisher(
 ) -> tuple[str, str]:
     """Add a publisher user allowed ``subjects``; returns (user, password). The caller
     reloads the server (``embedded_nats.reload_nats``)."""
+    with file_lock(Path(data_dir) / "run" / "nats.lock"):  # one writer of users.json
+        return _add_publisher(data_dir, agents, subjects, stream)
+
+
+def _add_publisher(
+    data_dir: Path, agents: list[str], subjects: list[str], stream: str
+) -> tuple[str, str]:
     users = load_users(data_dir)
     user = f"pub-{secrets.token_hex(4)}"
     password = secrets.token_urlsafe(32)
@@ -118,7 +127,14 @@ def with_credentials(url: str, user: str | None, password: str | None) -> str:
     """``url`` with ``user:password@`` (every server of a comma-separated list)."""
     if not user:
         return url
-    auth = quote(user, safe="") + (":" + quote(password, safe="") if password else "")
+    # nats-py sends the URL's user/password as they are (no percent-decoding), and Python's
+    # URL parser splits user info at the last '@' and first ':', so only these break it:
+    if any(c in user for c in ":/?#@") or any(c in (password or "") for c in "/?#"):
+        raise ValueError(
+            "ENGRAMDB_NATS_USER may not contain : / ? # @ and ENGRAMDB_NATS_PASSWORD not / ? #"
+            " (they cannot travel in a NATS URL); choose other credentials"
+        )
+    auth = user + (":" + password if password else "")
     out = []
     for server in url.split(","):
         server = server.strip()
@@ -130,4 +146,4 @@ def with_credentials(url: str, user: str | None, password: str | None) -> str:
 
 def redact_url(url: str | None) -> str:
     """For logs: ``nats://engramdb:***@127.0.0.1:4222``."""
-    return re.sub(r"(//[^:/@]+:)[^@/]*@", r"\1***@", url or "")
+    return re.sub(r"(//[^:/@]+:)[^/,]*@", r"\1***@", url or "")

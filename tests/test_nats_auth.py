@@ -152,3 +152,41 @@ async def test_agent_subject_serves_only_its_agent() -> None:
     body = json.dumps({"agent_id": "a-1", "query": "q"})
     reply = await handle_request(None, body, subject_token=agent_token("a-2"))
     assert reply["error_type"] == "forbidden"
+
+
+async def test_a_server_started_without_credentials_is_replaced(tmp_path_factory: pytest.TempPathFactory) -> None:
+    import shutil
+    import tempfile
+
+    from engramdb.infra.embedded_base import read_json, write_json
+    from engramdb.infra.embedded_nats import ensure_nats
+
+    data_dir = Path(tempfile.mkdtemp(prefix="engramdb-natsauth-", dir="/tmp"))
+    try:
+        first = ensure_nats(data_dir, stop_on_exit=False)
+        state_path = data_dir / "run" / "nats.json"
+        state = read_json(state_path)
+        del state["auth"]  # what a server from before credentials left behind
+        write_json(state_path, state)
+        second = ensure_nats(data_dir, stop_on_exit=False)
+        assert second.started and second.pid != first.pid
+        with pytest.raises(NatsError, match="Authorization Violation"):
+            await nats.connect(_bare(second.url), allow_reconnect=False, connect_timeout=3)
+        nc = await nats.connect(second.url)
+        await nc.close()
+        first.stop()
+        second.stop()
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def test_external_nats_credentials_and_redaction() -> None:
+    from engramdb.infra.database import resolve_nats
+
+    settings = Settings(nats_url="nats://a:4222,nats://b:4222", nats_user="svc", nats_password="p@ss")
+    url = resolve_nats(settings)
+    assert url == "nats://svc:p@ss@a:4222,nats://svc:p@ss@b:4222"  # nats-py does not %-decode
+    assert "p@ss" not in nats_auth.redact_url(url) and "svc:***@a" in nats_auth.redact_url(url)
+    with pytest.raises(ValueError, match="ENGRAMDB_NATS_PASSWORD"):
+        resolve_nats(Settings(nats_url="nats://a:4222", nats_user="svc", nats_password="a/b"))
+    assert resolve_nats(Settings(nats_url="nats://a:4222")) == "nats://a:4222"
