@@ -26,7 +26,12 @@ def _keys_file(file: Path | None) -> Path:
         return file
     settings = load_settings()
     value = (settings.api_keys or "").strip()
-    if value and not value.startswith(("[", "{")):
+    if value.startswith(("[", "{")):
+        raise typer.BadParameter(
+            "ENGRAMDB_API_KEYS holds inline JSON, which this command cannot extend: "
+            "pass --file keys.json and put that file's content (hashes only) there"
+        )
+    if value:
         return Path(value).expanduser()
     return default_keys_path(settings.data_dir)
 
