@@ -21,6 +21,7 @@ from nats.errors import Error as NatsError
 from engramdb.infra import nats_auth
 from engramdb.infra.providers.scripted import HashEmbedder
 from engramdb.infra.settings import Settings
+from engramdb.services.ingest import IngestThread, build_ingest_app
 from engramdb.services.memory import Memory
 from engramdb.services.messages import (
     ConversationMessage,
@@ -129,23 +130,42 @@ def memory(fresh_schema: Any) -> Iterator[Memory]:
         yield mem
 
 
-async def test_publisher_retrieves_for_its_agent_only(publisher: Publisher, nats_url: str, memory: Memory) -> None:
-    agent = publisher.agents[0]
-    memory.write(agent, "I live in Recife.", speaker="Ana")
-    broker = create_retrieve_broker(memory, nats_url)  # the service identity answers
+async def test_end_to_end_through_a_publisher_identity(
+    embedded_data_dir: Path, nats_url: str, memory: Memory
+) -> None:
+    """publisher identity publishes → service ingest writes → publisher retrieves its agent."""
+    prefix = f"auth{uuid.uuid4().hex[:8]}"
+    agent = f"e2e-{uuid.uuid4().hex[:8]}"
+    async with MessagePublisher(nats_url, prefix):  # as `engramdb serve` does: service declares
+        pass
+    pub = create_publisher(Settings(data_dir=embedded_data_dir, subject_prefix=prefix), [agent])
+    written: list[Any] = []
+    ingest = IngestThread(build_ingest_app(nats_url, memory.pipeline, prefix=prefix,
+                                           on_result=written.append)[0]).start()
+    broker = create_retrieve_broker(memory, nats_url, subject=f"{prefix}.retrieve")
     await broker.start()
-    nc = await _connect(publisher, [])
+    nc = await _connect(pub, [])
     try:
-        own = f"{PREFIX}.retrieve.{agent_token(agent)}"
-        reply = await nc.request(own, json.dumps({"agent_id": agent, "query": "where?"}).encode(), timeout=10)
-        assert "result" in json.loads(reply.data)
-        reply = await nc.request(own, json.dumps({"agent_id": "someone-else", "query": "x"}).encode(), timeout=10)
-        assert json.loads(reply.data)["error_type"] == "forbidden"
-        with pytest.raises((nats.errors.TimeoutError, nats.errors.NoRespondersError)):
-            await nc.request(f"{PREFIX}.retrieve.{agent_token('someone-else')}", b"{}", timeout=1.0)
+        async with MessagePublisher(pub.url, prefix, 3.0, inbox_prefix=pub.inbox_prefix) as producer:
+            await producer.publish(ConversationMessage(agent_id=agent, text="I live in Recife.", speaker="Ana"))
+        for _ in range(200):
+            if written:
+                break
+            await asyncio.sleep(0.05)
+        assert written and written[0].agent_id == agent
+        own = f"{prefix}.retrieve.{agent_token(agent)}"
+        body = {"agent_id": agent, "query": "Where does Ana live?", "wait_for": written[0].position}
+        reply = json.loads((await nc.request(own, json.dumps(body).encode(), timeout=10)).data)
+        assert "Recife" in reply["result"]["context"]
+        reply = json.loads((await nc.request(own, json.dumps({"agent_id": "x-1", "query": "q"}).encode(), timeout=10)).data)
+        assert reply["error_type"] == "forbidden"
+        for subject in (f"{prefix}.retrieve.{agent_token('x-1')}", f"{prefix}.retrieve"):
+            with pytest.raises((nats.errors.TimeoutError, nats.errors.NoRespondersError)):
+                await nc.request(subject, json.dumps({"agent_id": "x-1", "query": "q"}).encode(), timeout=1.0)
     finally:
         await nc.close()
         await broker.stop()
+        ingest.stop()
 
 
 async def test_agent_subject_serves_only_its_agent() -> None:
