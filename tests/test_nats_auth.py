@@ -106,6 +106,14 @@ async def test_publisher_cannot_read_intercept_or_manage(publisher: Publisher, n
         denied = " ".join(errors)
         for subject in (f"{PREFIX}.retrieve", f"{PREFIX}.messages.>", "_INBOX.>"):
             assert f'permissions violation for subscription to "{subject.lower()}"' in denied.lower()
+        forbidden = [f"{PREFIX}.deadletter.messages", message_subject("someone-else", PREFIX),
+                     "$JS.API.STREAM.PURGE." + messages_stream_name(PREFIX)]
+        for subject in forbidden:
+            await nc.publish(subject, b"{}")
+        await nc.flush()
+        await asyncio.sleep(0.3)
+        for subject in forbidden:
+            assert f'permissions violation for publish to "{subject.lower()}"' in " ".join(errors).lower()
         js = nc.jetstream(timeout=1.0)
         for attempt in (js.delete_stream(messages_stream_name(PREFIX)),
                         js.add_stream(name="ROGUE", subjects=["rogue.>"])):
