@@ -114,6 +114,15 @@ class AgentMemory(Aggregate):
         reason: str
         decided_by: dict[str, Any]
 
+    class Forgotten(Aggregate.Event):
+        """"Forget everything about this agent": every fact active then ends (status
+        ``forgotten``) and the agent's messages recorded until then are hidden from retrieval.
+        History and as-of still show what was known before (ADR-0016)."""
+
+        forgotten_at: datetime
+        reason: str
+        decided_by: dict[str, Any]
+
     # Shadows the error of the same name in this class body only: methods still raise the
     # module-level ``DecisionRejected`` exception.
     class DecisionRejected(Aggregate.Event):
@@ -348,6 +357,15 @@ class AgentMemory(Aggregate):
         decided_by: dict[str, Any],
     ) -> None:
         self._deactivate(fact_id)
+
+    def forget(self, forgotten_at: datetime, reason: str, decided_by: dict[str, Any]) -> None:
+        """End every active fact at once (one event, whatever their number)."""
+        self._forgotten(forgotten_at=forgotten_at, reason=reason, decided_by=decided_by)
+
+    @event(Forgotten)
+    def _forgotten(self, forgotten_at: datetime, reason: str, decided_by: dict[str, Any]) -> None:
+        self.active_facts.clear()
+        self.fingerprints.clear()
 
     def reject(self, message_id: str | None, decision: dict[str, Any], reason: str) -> None:
         """Record a refused decision so an audit shows what the extractor proposed and why not."""

@@ -17,6 +17,8 @@ Semantics (one row per fact, ADR-0005):
   ``invalidated_at`` = event timestamp;
 - ``FactConfirmed``: ``reinforcement_count`` += 1, ``last_confirmed_at`` = the latest
   ``confirmed_at``, the confirming message appended to ``source_message_ids`` (once);
+- ``Forgotten`` (forget the agent): every active fact gets status ``forgotten``,
+  ``valid_to`` = ``forgotten_at``, ``invalidated_at`` = event timestamp;
 - ``EntitiesMerged``: facts whose subject is the merged entity move to the surviving one;
 - every event touching a fact appends its aggregate version to ``event_versions`` (the audit
   fetches exactly those events from the log).
@@ -184,6 +186,16 @@ class FactFold:
         row.valid_to = e.retracted_at
         row.invalidated_at = e.timestamp
         row.event_versions.append(e.originator_version)
+
+    @_on.register
+    def _forgotten(self, e: AgentMemory.Forgotten) -> None:
+        agent = self.agent_of(e)
+        for (row_agent, _), row in self.rows.items():
+            if row_agent == agent and row.status == "active":
+                row.status = "forgotten"
+                row.valid_to = e.forgotten_at
+                row.invalidated_at = e.timestamp
+                row.event_versions.append(e.originator_version)
 
     @_on.register
     def _entities_merged(self, e: AgentMemory.EntitiesMerged) -> None:

@@ -35,6 +35,7 @@ _DECISION = {
     "FactConfirmed": "NOOP",
     "FactRetracted": "DELETE",
     "DecisionRejected": "REJECTED",
+    "Forgotten": "FORGET",
 }
 
 
@@ -121,6 +122,8 @@ def to_entry(event: Any) -> HistoryEntry:
     elif name == "FactRetracted":
         entry.target_fact_id, entry.valid_at = g("fact_id"), g("retracted_at")
         entry.reason = g("reason")
+    elif name == "Forgotten":
+        entry.valid_at, entry.reason = g("forgotten_at"), g("reason")
     elif name == "EntityRegistered":
         entry.entity_key, entry.text = g("entity_key"), g("display_name")
         entry.detail = {"entity_type": g("entity_type"), "aliases": g("aliases")}

@@ -37,6 +37,8 @@ from engramdb.services.audit import (
 from engramdb.services.extraction import Extractor, LLMExtractor, RuleBasedExtractor
 from engramdb.services.extraction.rule_based import OFFLINE_NOTICE
 from engramdb.services.health import DEFAULT_MAX_LAG, HealthReport, check_health
+from engramdb.services.manage_commands import dry_run_write
+from engramdb.services.memory_manage import ManageMixin
 from engramdb.services.pre_retrieval import PreRetrieval
 from engramdb.services.retrieve.models import RetrieveResult
 from engramdb.services.retrieve.pipeline import Retriever
@@ -45,7 +47,7 @@ from engramdb.services.write import WriteConfig, WritePipeline, WriteRequest, Wr
 _UNSET: Any = object()
 
 
-class Memory:
+class Memory(ManageMixin):
     """Long-term memory for agents. Open with ``Memory.open()``; close (or use ``with``)."""
 
     def __init__(
@@ -164,8 +166,11 @@ class Memory:
         occurred_at: datetime | None = None,
         message_id: str | None = None,
         metadata: dict[str, Any] | None = None,
+        dry_run: bool = False,
     ) -> WriteResult:
-        """Record one message and the memory decisions it leads to (idempotent on message_id)."""
+        """Record one message and the memory decisions it leads to (idempotent on message_id).
+
+        ``dry_run``: return the decisions that would be made; nothing is saved."""
         fields: dict[str, Any] = {"agent_id": agent_id, "text": text}
         for key, value in (
             ("speaker", speaker),
@@ -176,6 +181,8 @@ class Memory:
         ):
             if value is not None:
                 fields[key] = value
+        if dry_run:
+            return dry_run_write(self.pipeline, WriteRequest(**fields))
         return self.pipeline.write(WriteRequest(**fields))
 
     def retrieve(

@@ -47,6 +47,7 @@ class WriteResult(BaseModel):
     extraction_error: str | None = None
     resumed: bool = False
     conflicts: int = 0
+    dry_run: bool = Field(default=False, description="true: the decisions that would be made; nothing saved")
 
 
 

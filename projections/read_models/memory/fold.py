@@ -20,9 +20,12 @@ from engramdb.projections.read_models.memory.tables import (
     ENTITIES,
     FACT_ENTITIES,
     FACTS,
+    FORGOTTEN,
+    HIDDEN_MESSAGES,
     REJECTIONS,
     RELATIONSHIPS,
     fact_values,
+    hidden_message_rows,
     merge_relationship_rows,
     relationship_strength,
 )
@@ -38,6 +41,8 @@ class MemoryFold(BulkFold):
         self.relationships: dict[tuple[str, str, str, str], tuple[int, Any, Any]] = {}
         self.links: dict[tuple[str, str, str], bool] = {}
         self.rejections: list[tuple[Any, ...]] = []
+        self.hidden: dict[tuple[str, str], tuple[Any, ...]] = {}
+        self.forgotten: list[tuple[Any, ...]] = []
 
     def apply(self, event: Any) -> None:
         if not isinstance(event, AgentMemory.Event):
@@ -107,6 +112,17 @@ class MemoryFold(BulkFold):
         for key in e.linked_entities:
             self.links.setdefault((a, e.fact_id, key), False)
 
+    @handles(AgentMemory.FactRetracted)
+    def _fact_retracted(self, e: AgentMemory.FactRetracted) -> None:
+        a = self.facts.agent_of(e)
+        row = self.facts.rows.get((a, e.fact_id))
+        for hidden in hidden_message_rows(a, e, row.source_message_ids if row else []):
+            self.hidden.setdefault((a, hidden[1]), hidden)
+
+    @handles(AgentMemory.Forgotten)
+    def _forgotten(self, e: AgentMemory.Forgotten) -> None:
+        self.forgotten.append((self.facts.agent_of(e), e.originator_version, e.timestamp))
+
     @handles(AgentMemory.DecisionRejected)
     def _decision_rejected(self, e: AgentMemory.DecisionRejected) -> None:
         self.rejections.append(
@@ -136,4 +152,8 @@ class MemoryFold(BulkFold):
             return [(a, f, k, p) for (a, f, k), p in self.links.items()]
         if table == REJECTIONS.name:
             return list(self.rejections)
+        if table == HIDDEN_MESSAGES.name:
+            return list(self.hidden.values())
+        if table == FORGOTTEN.name:
+            return list(self.forgotten)
         raise KeyError(table)

@@ -154,7 +154,33 @@ REJECTIONS = Table(
     primary_key=("agent_id", "event_version"),
 )
 
-TABLES = (AGENTS, FACTS, ENTITIES, ALIASES, RELATIONSHIPS, FACT_ENTITIES, REJECTIONS)
+# Turns hidden from retrieval's "Relevant conversations" (ADR-0016): the source turns of a
+# retracted fact. Kept here, not in ``conversation``, because only this model's events
+# (``FactRetracted``) and state (a fact's sources) decide it; retrieval joins it by key.
+HIDDEN_MESSAGES = Table(
+    "mem_hidden_messages",
+    columns=(
+        ("agent_id", "text NOT NULL"),
+        ("message_id", "text NOT NULL"),
+        ("hidden_at", "timestamptz NOT NULL"),
+        ("fact_id", "text NOT NULL"),
+    ),
+    primary_key=("agent_id", "message_id"),
+)
+
+# "Forget agent A" (``Forgotten``): every turn of A recorded up to ``forgotten_at`` is hidden.
+FORGOTTEN = Table(
+    "mem_forgotten",
+    columns=(
+        ("agent_id", "text NOT NULL"),
+        ("event_version", "integer NOT NULL"),
+        ("forgotten_at", "timestamptz NOT NULL"),
+    ),
+    primary_key=("agent_id", "event_version"),
+)
+
+TABLES = (AGENTS, FACTS, ENTITIES, ALIASES, RELATIONSHIPS, FACT_ENTITIES, REJECTIONS,
+          HIDDEN_MESSAGES, FORGOTTEN)
 
 def fact_values(row: FactRow) -> dict[str, Any]:
     """Column values of one ``mem_facts`` row (jsonb adapted), keyed by column."""
@@ -185,3 +211,11 @@ def merge_relationship_rows(
             mentions, first, last = m0 + mentions, min(f0, first), max(l0, last)
         out[key] = (mentions, first, last)
     return out
+
+
+def hidden_message_rows(
+    agent: str, e: Any, sources: list[str]
+) -> list[tuple[str, str, Any, str]]:
+    """Rows a ``FactRetracted`` adds to ``mem_hidden_messages``: the retracted fact's source
+    turns, hidden from the retraction's transaction time on (the first hiding wins)."""
+    return [(agent, mid, e.timestamp, e.fact_id) for mid in dict.fromkeys(sources)]

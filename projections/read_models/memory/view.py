@@ -21,6 +21,7 @@ from engramdb.projections.read_models.memory.tables import (
     FACTS,
     TABLES,
     fact_values,
+    hidden_message_rows,
     merge_relationship_rows,
 )
 
@@ -208,12 +209,34 @@ class MemoryView(ReadModelView):
 
     @handles(AgentMemory.FactRetracted)
     def _fact_retracted(self, curs: Any, e: AgentMemory.FactRetracted) -> None:
+        agent = self._agent(curs, e.originator_id)
         curs.execute(
             "UPDATE mem_facts SET status = 'retracted', valid_to = %s, invalidated_at = %s, "
             "event_versions = array_append(event_versions, %s) "
-            "WHERE agent_id = %s AND fact_id = %s",
-            (e.retracted_at, e.timestamp, e.originator_version,
-             self._agent(curs, e.originator_id), e.fact_id),
+            "WHERE agent_id = %s AND fact_id = %s RETURNING source_message_ids",
+            (e.retracted_at, e.timestamp, e.originator_version, agent, e.fact_id),
+        )
+        row = curs.fetchone()
+        hidden = hidden_message_rows(agent, e, row["source_message_ids"] if row else [])
+        curs.executemany(
+            "INSERT INTO mem_hidden_messages (agent_id, message_id, hidden_at, fact_id) "
+            "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+            hidden,
+        )
+
+    @handles(AgentMemory.Forgotten)
+    def _forgotten(self, curs: Any, e: AgentMemory.Forgotten) -> None:
+        agent = self._agent(curs, e.originator_id)
+        curs.execute(
+            "UPDATE mem_facts SET status = 'forgotten', valid_to = %s, invalidated_at = %s, "
+            "event_versions = array_append(event_versions, %s) "
+            "WHERE agent_id = %s AND status = 'active'",
+            (e.forgotten_at, e.timestamp, e.originator_version, agent),
+        )
+        curs.execute(
+            "INSERT INTO mem_forgotten (agent_id, event_version, forgotten_at) "
+            "VALUES (%s, %s, %s)",
+            (agent, e.originator_version, e.timestamp),
         )
 
     @handles(AgentMemory.DecisionRejected)

@@ -36,9 +36,20 @@ def fact_visibility(as_of: datetime | None, alias: str = "f") -> str:
 
 
 def message_visibility(as_of: datetime | None, alias: str = "m") -> str:
+    """Turns retrieval may show: not hidden by a retraction of a fact they sourced, nor by
+    "forget the agent" (ADR-0016) — as of ``t``, only what was hidden by ``t`` counts."""
+    m = alias
+    by_t = "" if as_of is None else " AND h.hidden_at <= %(t)s"
+    forgotten_by_t = "" if as_of is None else " AND g.forgotten_at <= %(t)s"
+    hidden = (
+        f"NOT EXISTS (SELECT 1 FROM mem_hidden_messages h WHERE h.agent_id = {m}.agent_id "
+        f"AND h.message_id = {m}.message_id{by_t}) "
+        f"AND NOT EXISTS (SELECT 1 FROM mem_forgotten g WHERE g.agent_id = {m}.agent_id "
+        f"AND g.forgotten_at >= {m}.recorded_at{forgotten_by_t})"
+    )
     if as_of is None:
-        return "TRUE"
-    return f"{alias}.occurred_at <= %(t)s AND {alias}.recorded_at <= %(t)s"
+        return hidden
+    return f"{m}.occurred_at <= %(t)s AND {m}.recorded_at <= %(t)s AND {hidden}"
 
 
 def escape_like(word: str) -> str:

@@ -1,0 +1,97 @@
+"""``Memory``'s management methods (issue 11), kept out of ``services/memory.py`` so the
+facade stays a wiring module: list/get facts, list entities/agents/messages (read models,
+``services/manage.py``), delete a fact and forget an agent (events,
+``services/manage_commands.py``). HTTP, NATS and the CLI call exactly these methods.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from psycopg_pool import ConnectionPool
+
+from engramdb.domain.agent_id import check_agent_id
+from engramdb.services import manage
+from engramdb.services.manage_commands import delete_fact, forget_agent
+from engramdb.services.manage_models import (
+    AgentItem,
+    DeleteResult,
+    EntityItem,
+    FactDetail,
+    FactFilter,
+    FactItem,
+    FactStatus,
+    ForgetResult,
+    MessageFilter,
+    MessageItem,
+    Page,
+    PageParams,
+    check_actor,
+)
+from engramdb.services.write import WritePipeline
+
+
+class ManageMixin:
+    """Mixed into ``Memory``; uses its read pool and write pipeline."""
+
+    pool: ConnectionPool
+    pipeline: WritePipeline
+
+    def list_facts(
+        self,
+        agent_id: str,
+        *,
+        status: FactStatus | None = None,
+        entity: str | None = None,
+        session: str | None = None,
+        speaker: str | None = None,
+        valid_at: datetime | None = None,
+        as_of: datetime | None = None,
+        text: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[FactItem]:
+        """A page of the agent's facts (active by default), oldest decision first."""
+        flt = FactFilter(
+            status=status, entity=entity, session=session, speaker=speaker, valid_at=valid_at,
+            as_of=as_of, text=text, limit=limit, cursor=cursor,
+        )
+        return manage.list_facts(self.pool, agent_id, flt)
+
+    def get_fact(self, agent_id: str, fact_id: str) -> FactDetail:
+        """One fact (any status) with its source turns and a link to its history."""
+        return manage.get_fact(self.pool, agent_id, fact_id)
+
+    def list_entities(
+        self, agent_id: str, *, limit: int = 50, cursor: str | None = None
+    ) -> Page[EntityItem]:
+        return manage.list_entities(self.pool, agent_id, PageParams(limit=limit, cursor=cursor))
+
+    def list_agents(self, *, limit: int = 50, cursor: str | None = None) -> Page[AgentItem]:
+        return manage.list_agents(self.pool, PageParams(limit=limit, cursor=cursor))
+
+    def list_messages(
+        self,
+        agent_id: str,
+        *,
+        session: str | None = None,
+        speaker: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[MessageItem]:
+        flt = MessageFilter(session=session, speaker=speaker, limit=limit, cursor=cursor)
+        return manage.list_messages(self.pool, agent_id, flt)
+
+    def delete_fact(
+        self, agent_id: str, fact_id: str, *, actor: str | None = None, via: str = "python"
+    ) -> DeleteResult:
+        """Retract a fact at a user's request (an event; history keeps it)."""
+        check_agent_id(agent_id)
+        return delete_fact(self.pipeline, agent_id, fact_id, check_actor(actor, via), via)
+
+    def forget_agent(
+        self, agent_id: str, *, actor: str | None = None, via: str = "python"
+    ) -> ForgetResult:
+        """End all the agent's active facts and hide its messages from retrieval (one event)."""
+        check_agent_id(agent_id)
+        return forget_agent(self.pipeline, agent_id, check_actor(actor, via), via)
