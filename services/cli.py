@@ -16,6 +16,7 @@ from typing import Annotated
 import typer
 
 from engramdb.services.cli_security import keys_app, nats_user_app
+from engramdb.services.cli_manage import register as register_manage_commands
 
 app = typer.Typer(
     add_completion=False,
@@ -163,6 +164,9 @@ def _find_checkout(start: Path) -> Path | None:
         if (folder / "bench" / "locomo.py").is_file():
             return folder
     return None
+
+
+register_manage_commands(app)  # write, list-facts, get-fact, delete-fact, forget-agent, ...
 
 
 def main() -> None:

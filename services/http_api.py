@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,6 +22,8 @@ from pydantic import BaseModel, Field, ValidationError
 
 from engramdb.infra.api_keys import Grant
 from engramdb.services.http_auth import authorize, require
+from engramdb.services.http_manage import forbid_unknown_query
+from engramdb.services.http_manage import router as manage_router
 from engramdb.services.messages import ConversationMessage
 from engramdb.services.retrieve.config import UnknownConfigKey
 from engramdb.services.retrieve.models import RetrieveRequest, RetrieveResult
@@ -85,6 +87,7 @@ def create_app(memory: Any, *, title: str = "engramdb") -> FastAPI:
         version=API_VERSION,
         description="Event-sourced long-term memory for LLM agents: write conversation turns, "
         "retrieve scored facts and a prompt-ready context, audit how a memory came to be.",
+        dependencies=[Depends(forbid_unknown_query)],
     )
     app.state.memory = memory
 
@@ -125,7 +128,11 @@ def create_app(memory: Any, *, title: str = "engramdb") -> FastAPI:
         summary="Write one conversation turn (recorded first, then extracted)",
     )
     async def write_message(
-        message: ConversationMessage, grant: Annotated[Grant, Depends(require("write"))]
+        message: ConversationMessage,
+        grant: Annotated[Grant, Depends(require("write"))],
+        dry_run: Annotated[
+            bool, Query(description="return the decisions that would be made; save nothing")
+        ] = False,
     ) -> Any:
         authorize(grant, "write", message.agent_id)
         result = await anyio.to_thread.run_sync(
@@ -137,25 +144,10 @@ def create_app(memory: Any, *, title: str = "engramdb") -> FastAPI:
                 occurred_at=message.occurred_at,
                 message_id=message.message_id,
                 metadata=dict(message.metadata),
+                **({"dry_run": True} if dry_run else {}),
             )
         )
         return _plain(result)
-
-    @app.get(
-        "/v1/agents/{agent_id}/facts",
-        responses={422: {"model": ErrorBody}, **_AUTH_ERRORS},
-        summary="The agent's facts as memory knew and held them at `as_of` (default: now)",
-    )
-    async def facts(
-        agent_id: str,
-        grant: Annotated[Grant, Depends(require("read"))],
-        as_of: Annotated[datetime | None, Query(description="ISO 8601")] = None,
-    ) -> Any:
-        authorize(grant, "read", agent_id)
-        when = as_of or datetime.now(UTC)
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        return _plain(await anyio.to_thread.run_sync(lambda: memory.facts_as_of(agent_id, when)))
 
     @app.get(
         "/v1/agents/{agent_id}/facts/{fact_id}/history",
@@ -206,6 +198,8 @@ def create_app(memory: Any, *, title: str = "engramdb") -> FastAPI:
             "checks": data if isinstance(data, dict) else {"value": data},
         }
         return JSONResponse(status_code=200 if ok else 503, content=body)
+
+    app.include_router(manage_router)
 
     @app.exception_handler(ValidationError)
     async def _validation(_request: Request, exc: ValidationError) -> JSONResponse:

@@ -15,10 +15,10 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from engramdb.services.audit import FactSnapshot
 
@@ -68,6 +68,12 @@ class FactFilter(PageParams):
     text: str | None = Field(
         None, min_length=1, max_length=500, description="fact text contains (case-insensitive)"
     )
+
+    @field_validator("valid_at", "as_of")
+    @classmethod
+    def _utc_if_naive(cls, value: datetime | None) -> datetime | None:
+        """A time without a zone is UTC (as everywhere in engramdb), not the server's zone."""
+        return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
 
 
 class MessageFilter(PageParams):

@@ -24,6 +24,7 @@ from engramdb.services.http_api import create_app
 from engramdb.services.http_auth import allowed_hosts, check_bind, secure
 from engramdb.services.ingest import IngestThread, build_ingest_app
 from engramdb.services.memory import Memory
+from engramdb.services.nats_manage import register_manage
 from engramdb.services.nats_retrieve import create_retrieve_broker
 
 ROLES = ("all", "ingest", "projector", "retrieve")
@@ -58,6 +59,7 @@ def run_server(role: str = "all", settings: Settings | None = None) -> None:
 
 async def _serve_retrieve(memory: Memory, nats_url: str, settings: Settings) -> None:
     broker = create_retrieve_broker(memory, nats_url)
+    register_manage(broker, memory)  # engramdb.manage.<op>, beside retrieve
     await broker.start()
     log.info("retrieve answering on NATS subject engramdb.retrieve")
     app = secure(

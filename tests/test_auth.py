@@ -59,18 +59,29 @@ def _client(app: Any, host: str = "localhost") -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=f"http://{host}")
 
 
-# (method, path, body, scope it needs); every data endpoint of services/http_api.py
+# (method, path, body, scope it needs, status with the right key); every per-agent endpoint
 ENDPOINTS = [
-    ("POST", "/v1/retrieve", {"agent_id": AGENT, "query": "where does Ana live?"}, "read"),
-    ("POST", "/v1/messages", {"agent_id": AGENT, "text": "I live in Recife."}, "write"),
-    ("GET", f"/v1/agents/{AGENT}/facts", None, "read"),
-    ("GET", f"/v1/agents/{AGENT}/facts/f-unknown/history", None, "read"),
+    ("POST", "/v1/retrieve", {"agent_id": AGENT, "query": "where does Ana live?"}, "read", 200),
+    ("POST", "/v1/messages", {"agent_id": AGENT, "text": "I live in Recife."}, "write", 200),
+    ("GET", f"/v1/agents/{AGENT}/facts", None, "read", 200),
+    ("GET", f"/v1/agents/{AGENT}/facts/f-unknown", None, "read", 404),
+    ("DELETE", f"/v1/agents/{AGENT}/facts/f-unknown", None, "write", 404),
+    ("GET", f"/v1/agents/{AGENT}/facts/f-unknown/history", None, "read", 404),
+    ("GET", f"/v1/agents/{AGENT}/entities", None, "read", 200),
+    ("GET", f"/v1/agents/{AGENT}/messages", None, "read", 200),
+]
+# admin-only: spans agents, or destroys a whole agent's memory
+ADMIN_ENDPOINTS = [
+    ("GET", "/v1/agents", None),
+    ("POST", f"/v1/agents/{AGENT}/forget", {"actor": "test"}),
 ]
 
 
 def test_every_data_endpoint_is_covered() -> None:
-    routes = {r.path for r in create_app(None).routes if r.path.startswith("/v1/")}  # type: ignore[attr-defined]
-    covered = {p.replace(AGENT, "{agent_id}").replace("f-unknown", "{fact_id}") for _m, p, _b, _s in ENDPOINTS}
+    routes = {(m, r.path) for r in create_app(None).routes if r.path.startswith("/v1/")  # type: ignore[attr-defined]
+              for m in r.methods}  # type: ignore[attr-defined]
+    listed = [(m, p) for m, p, *_ in ENDPOINTS] + [(m, p) for m, p, _b in ADMIN_ENDPOINTS]
+    covered = {(m, p.replace(AGENT, "{agent_id}").replace("f-unknown", "{fact_id}")) for m, p in listed}
     assert routes == covered
 
 
@@ -79,8 +90,11 @@ async def _call(client: httpx.AsyncClient, method: str, path: str, body: Any, ke
     return await client.request(method, path, json=body, headers=headers)
 
 
-@pytest.mark.parametrize(("method", "path", "body", "scope"), ENDPOINTS, ids=[e[1] for e in ENDPOINTS])
-async def test_endpoint_credentials(memory: Memory, method: str, path: str, body: Any, scope: str) -> None:
+@pytest.mark.parametrize(("method", "path", "body", "scope", "status"), ENDPOINTS,
+                         ids=[f"{e[0]} {e[1]}" for e in ENDPOINTS])
+async def test_endpoint_credentials(
+    memory: Memory, method: str, path: str, body: Any, scope: str, status: int
+) -> None:
     app = secure(create_app(memory), RING)
     right, wrong_scope = (READER, WRITER) if scope == "read" else (WRITER, READER)
     async with _client(app) as client:
@@ -91,8 +105,20 @@ async def test_endpoint_credentials(memory: Memory, method: str, path: str, body
         denied = await _call(client, method, path, body, wrong_scope)
         assert denied.status_code == 403 and scope in denied.json()["detail"]
         ok = await _call(client, method, path, body, right)
-        assert ok.status_code == (404 if "history" in path else 200), ok.text
+        assert ok.status_code == status, ok.text
         assert (await _call(client, method, path, body, ADMIN)).status_code == ok.status_code
+
+
+@pytest.mark.parametrize(("method", "path", "body"), ADMIN_ENDPOINTS, ids=[e[1] for e in ADMIN_ENDPOINTS])
+async def test_admin_endpoint_credentials(memory: Memory, method: str, path: str, body: Any) -> None:
+    app = secure(create_app(memory), RING)
+    async with _client(app) as client:
+        assert (await _call(client, method, path, body, None)).status_code == 401
+        assert (await _call(client, method, path, body, "edb_not-a-key")).status_code == 401
+        for key in (READER, WRITER, OTHER):  # read/write on the agent is not enough
+            assert (await _call(client, method, path, body, key)).status_code == 403, key
+        ok = await _call(client, method, path, body, ADMIN)
+        assert ok.status_code == 200, ok.text
 
 
 async def test_strangers_get_401_before_any_validation_detail(memory: Memory) -> None:
@@ -109,7 +135,7 @@ async def test_a_write_for_another_agent_is_refused_and_not_recorded(memory: Mem
         r = await _call(client, "POST", "/v1/messages", {"agent_id": victim, "text": "I moved to Lima."}, WRITER)
         assert r.status_code == 403
         facts = await _call(client, "GET", f"/v1/agents/{victim}/facts", None, OTHER)
-    assert facts.status_code == 200 and facts.json() == []
+    assert facts.status_code == 200 and facts.json()["items"] == []
 
 
 async def test_prefix_does_not_leak_to_longer_names(memory: Memory) -> None:

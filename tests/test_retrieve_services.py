@@ -21,6 +21,8 @@ import pytest
 from test_retrieve_support import EMBEDDER, T0, Store, load_worked_examples, store  # noqa: F401
 
 from engramdb.services.http_api import create_app, export_openapi
+from engramdb.services.manage import list_facts
+from engramdb.services.manage_models import FactFilter
 from engramdb.services.nats_retrieve import create_retrieve_broker, request_retrieve
 from engramdb.services.retrieve import Retriever, RetrieveRequest
 from engramdb.services.retrieve.config import RetrieveConfig
@@ -42,6 +44,9 @@ class ReadModelMemory:
                 f"SELECT fact_id, fact_text FROM mem_facts f WHERE agent_id = %(a)s AND {fact_visibility(as_of)}"
                 " ORDER BY fact_id", {"a": agent_id, "t": as_of}).fetchall()
         return [{"fact_id": r[0], "text": r[1]} for r in rows]
+
+    def list_facts(self, agent_id: str, **filters: Any) -> Any:
+        return list_facts(self.store.pool, agent_id, FactFilter(**filters))
 
     def history(self, agent_id: str, fact_id: str | None = None) -> list[dict[str, Any]]:
         with self.store.pool.connection() as conn:
@@ -102,7 +107,7 @@ async def test_http_round_trip(memory: ReadModelMemory, agent_id: str) -> None:
 
         r = await client.get(f"/v1/agents/{agent_id}/facts", params={"as_of": (T0 - timedelta(days=9)).isoformat()})
         assert r.status_code == 200
-        assert {f["fact_id"] for f in r.json()} == {"f_marcos_job", "f_marcos_wife", "f_carol_job", "f_ricardo_cofounder", "f_bruno_job"}
+        assert {f["fact_id"] for f in r.json()["items"]} == {"f_marcos_job", "f_marcos_wife", "f_carol_job", "f_ricardo_cofounder", "f_bruno_job"}
         r = await client.get(f"/v1/agents/{agent_id}/facts", params={"as_of": "not-a-date"})
         assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "as_of"]
         r = await client.get(f"/v1/agents/{agent_id}/facts/f_marcos_home/history")
