@@ -133,6 +133,8 @@ def list_facts(pool: ConnectionPool, agent_id: str, flt: FactFilter) -> Page[Fac
 def get_fact(pool: ConnectionPool, agent_id: str, fact_id: str) -> FactDetail:
     """One fact (any status) with its source turns; ``NotFoundError`` if the agent never had it."""
     check_agent_id(agent_id)
+    if "\x00" in fact_id:  # PostgreSQL text cannot hold it, so no fact has it
+        raise NotFoundError(f"agent {agent_id!r} has no fact {fact_id!r}")
     rows = _rows(
         pool,
         f"SELECT {_FACT_COLUMNS}, ARRAY(SELECT fe.entity_key FROM mem_fact_entities fe "

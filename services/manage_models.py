@@ -39,6 +39,14 @@ class NotActiveError(ValueError):
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    @field_validator("*", mode="after")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        """PostgreSQL text cannot hold NUL: refuse it here (a 422) rather than fail in SQL."""
+        if isinstance(value, str) and "\x00" in value:
+            raise ValueError("must not contain NUL characters")
+        return value
+
 
 class PageParams(_Strict):
     limit: int = Field(default=DEFAULT_LIMIT, ge=1, le=MAX_LIMIT, description="items per page")

@@ -2,7 +2,7 @@
 (``domain.fold``) of the same events read back from the log.
 
 A hypothesis state machine drives two agents' aggregates with random decisions (register,
-alias, merge, add, update, confirm, retract, relate, reject), with conversation times that
+alias, merge, add, update, confirm, retract, forget, relate, reject), with conversation times that
 may go backwards (backfilled messages), saves them, and compares after waiting for the
 projection. Embedder: ``HashEmbedder`` (deterministic test double).
 """
@@ -127,6 +127,10 @@ def test_projection_equals_pure_fold(pg_url: str, fresh_schema: Any) -> None:
         def retract(self, a: int, pick: int) -> None:
             self._save(self.agents[a], lambda m: m.retract_fact(
                 self._target(m, pick), "m", self.at(0), "no", {"by": "h"}))
+
+        @rule(a=st.integers(0, 1), skew=st.integers(-30, 5))
+        def forget(self, a: int, skew: int) -> None:
+            self._save(self.agents[a], lambda m: m.forget(self.at(skew), "user request", {"by": "h"}))
 
         @precondition(lambda self: self.position > 0)
         @rule()

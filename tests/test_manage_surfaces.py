@@ -61,6 +61,9 @@ async def test_http_manage_routes(memory: Memory, agent_id: str) -> None:
         assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "as_of"]
         r = await c.get(f"/v1/agents/{agent_id}/facts/{ids['m1']}/history", params={"x": "1"})
         assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "x"]
+        r = await c.get(f"/v1/agents/{agent_id}/facts", params={"text": "a\x00b"})
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "text"]
+        assert (await c.get(f"/v1/agents/{agent_id}/facts/f%00x")).status_code == 404
         r = await c.get("/v1/agents/bad%20agent/facts")
         assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["path", "agent_id"]
 

@@ -80,6 +80,8 @@ def drive(app: MemoryApplication, agent: str, messages: int, start: int = 0) -> 
         if i == start + 3 and mem.has_entity("person:bob"):
             mem.add_alias("person:bob", "Bobby", f"m{i}")
             mem.merge_entities("person:bob", "person:bo", f"m{i}", "same")
+        if i == start + 5 and agent.endswith("-b"):  # forget the agent (ADR-0016)
+            mem.forget(at, "user request", BY)
         rec.complete({"extractor": "test"}, {}, None, None, 0, {})
         pos = app.save(mem, rec)[-1].notification.id
     return pos
@@ -103,6 +105,8 @@ def test_rebuild_equals_incremental_and_never_re_embeds(pg_url: str, store: Any)
     incremental = dump(pg_url, schema)
     assert len(incremental["mem_facts"]) > 10 and len(incremental["mem_relationships"]) >= 2
     assert any(r for r in incremental["mem_entities"] if r[5] == "person:bo")  # merged
+    assert incremental["mem_hidden_messages"] and incremental["mem_forgotten"]
+    assert any(r for r in incremental["mem_facts"] if "forgotten" in r)
 
     cold = embedder.texts
     counting = CountingEmbedder(HashEmbedder())
