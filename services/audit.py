@@ -46,7 +46,7 @@ class HistoryEntry(BaseModel):
 
     version: int  # version of the agent aggregate (position in the agent's log)
     event: str
-    decision: str  # ADD UPDATE NOOP DELETE ENTITY ALIAS MERGE RELATIONSHIP REJECTED OPENED
+    decision: str  # ADD UPDATE NOOP DELETE FORGET ENTITY ALIAS MERGE RELATIONSHIP REJECTED OPENED
     fact_id: str | None = None
     target_fact_id: str | None = None
     entity_key: str | None = None
