@@ -15,8 +15,8 @@ from typing import Annotated
 
 import typer
 
-from engramdb.services.cli_security import keys_app, nats_user_app
 from engramdb.services.cli_manage import register as register_manage_commands
+from engramdb.services.cli_security import keys_app, nats_user_app
 
 app = typer.Typer(
     add_completion=False,

@@ -54,13 +54,18 @@ def _guard(scope: str) -> Any:
     (or, on ``GET /v1/agents``, which spans agents, holds ``scope`` outright)."""
     needs = require(scope)
 
-    async def dependency(request: Request, grant: Annotated[Grant, Depends(needs)]) -> Grant:
+    async def dependency(request: Request, grant: Grant = Depends(needs)) -> Grant:  # noqa: B008
         agent_id = request.path_params.get("agent_id")
         if agent_id is not None:
             authorize(grant, scope, agent_id)
         return grant
 
     return Depends(dependency)
+
+
+ReadGrant = Annotated[Grant, _guard("read")]
+WriteGrant = Annotated[Grant, _guard("write")]
+AdminGrant = Annotated[Grant, _guard("admin")]
 
 
 def _actor(grant: Grant, asked: str | None) -> str | None:
@@ -126,7 +131,7 @@ async def _call(request: Request, fn: Callable[[Any], Any]) -> Any:
 
 @router.get("", response_model=Page[AgentItem], responses=_ERRORS, summary="List agents")
 async def list_agents(
-    request: Request, page: Annotated[PageParams, Query()], _grant: Grant = _guard("admin")
+    request: Request, page: Annotated[PageParams, Query()], _grant: AdminGrant
 ) -> Any:
     return await _call(request, lambda m: m.list_agents(limit=page.limit, cursor=page.cursor))
 
@@ -141,7 +146,7 @@ async def list_facts(
     request: Request,
     agent_id: AgentId,
     flt: Annotated[FactFilter, Query()],
-    _grant: Grant = _guard("read"),
+    _grant: ReadGrant,
 ) -> Any:
     return await _call(request, lambda m: m.list_facts(agent_id, **flt.model_dump()))
 
@@ -153,7 +158,7 @@ async def list_facts(
     summary="One fact with its provenance (source messages, history link)",
 )
 async def get_fact(
-    request: Request, agent_id: AgentId, fact_id: FactId, _grant: Grant = _guard("read")
+    request: Request, agent_id: AgentId, fact_id: FactId, _grant: ReadGrant
 ) -> Any:
     return await _call(request, lambda m: m.get_fact(agent_id, fact_id))
 
@@ -168,8 +173,8 @@ async def delete_fact(
     request: Request,
     agent_id: AgentId,
     fact_id: FactId,
+    grant: WriteGrant,
     actor: Annotated[str | None, Query(max_length=200, description="who asked")] = None,
-    grant: Grant = _guard("write"),
 ) -> Any:
     who = _actor(grant, actor)
     return await _call(request, lambda m: m.delete_fact(agent_id, fact_id, actor=who, via="http"))
@@ -184,8 +189,8 @@ async def delete_fact(
 async def forget_agent(
     request: Request,
     agent_id: AgentId,
+    grant: AdminGrant,
     body: Annotated[ActorBody | None, Body()] = None,
-    grant: Grant = _guard("admin"),
 ) -> Any:
     who = _actor(grant, body.actor if body is not None else None)
     return await _call(request, lambda m: m.forget_agent(agent_id, actor=who, via="http"))
@@ -201,7 +206,7 @@ async def list_entities(
     request: Request,
     agent_id: AgentId,
     page: Annotated[PageParams, Query()],
-    _grant: Grant = _guard("read"),
+    _grant: ReadGrant,
 ) -> Any:
     return await _call(
         request, lambda m: m.list_entities(agent_id, limit=page.limit, cursor=page.cursor)
@@ -218,6 +223,6 @@ async def list_messages(
     request: Request,
     agent_id: AgentId,
     flt: Annotated[MessageFilter, Query()],
-    _grant: Grant = _guard("read"),
+    _grant: ReadGrant,
 ) -> Any:
     return await _call(request, lambda m: m.list_messages(agent_id, **flt.model_dump()))
