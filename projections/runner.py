@@ -8,14 +8,20 @@ batches (``projections.batching``: whatever the subscription has already fetched
 ``max_batch_events``, in one transaction per batch). ``wait(position)`` blocks until every
 projection has applied the log up to that notification id.
 
+A ``projections.supervisor.Supervisor`` thread restarts a runner that died (database restart,
+failing statement) with capped exponential backoff; ``status()`` reports liveness, restarts
+and the last error per projection (``Memory.health``, ``/metrics``).
+
 ``wait_for_position`` does the same from any process (e.g. a retrieve replica) by polling the
 tracking tables: positions are data in PostgreSQL, not state of a runner.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -33,8 +39,10 @@ from engramdb.projections.read_model import (
 )
 from engramdb.projections.read_models import PROJECTION_NAMES, select
 from engramdb.projections.rebuild import RebuildReport, rebuild
+from engramdb.projections.supervisor import ProjectorStatus, Supervisor
 
 APPLICATION_NAME = "engramdb"
+log = logging.getLogger(__name__)
 
 
 def _poll(check: Any, position: int, timeout: float, what: str) -> None:
@@ -62,9 +70,14 @@ class ProjectionSet:
         *,
         max_batch_events: int | None = None,
         max_batch_wait: float | None = None,
+        supervise: bool = True,
+        on_restart: Callable[[str], None] | None = None,
+        supervisor_options: dict[str, float] | None = None,
     ) -> None:
         """``max_batch_events`` (default 500; 1 = the per-event path) and ``max_batch_wait``
-        (seconds to linger for more events, default 0) bound each projection transaction."""
+        (seconds to linger for more events, default 0) bound each projection transaction.
+        ``supervise`` restarts dead runners (``on_restart(name)`` after each restart;
+        ``supervisor_options``: ``Supervisor`` backoff keywords)."""
         self.application_class = application_class
         self.env = dict(env)
         self.embedder = embedder
@@ -73,6 +86,12 @@ class ProjectionSet:
         self.max_batch_events = max_batch_events
         self.max_batch_wait = max_batch_wait
         self.runners: dict[str, BatchingProjectionRunner[ReadModelView]] = {}
+        self.supervise = supervise
+        self.on_restart = on_restart
+        self.supervisor_options = dict(supervisor_options or {})
+        self._lock = threading.Lock()
+        self._supervisor: Supervisor | None = None
+        self._started = False
 
     @classmethod
     def start(cls, *args: Any, **kwargs: Any) -> ProjectionSet:
@@ -85,20 +104,35 @@ class ProjectionSet:
                 if not rm.projected:
                     self._create_tables(rm)
                     continue
-                runner: BatchingProjectionRunner[ReadModelView] = BatchingProjectionRunner(
-                    application_class=self.application_class,
-                    projection_class=with_batching(
-                        rm.projection, self.max_batch_events, self.max_batch_wait
-                    ),
-                    view_class=bind_view(rm.view, self.embedder),
-                    env=self.env,
-                )
-                runner.__enter__()
-                self.runners[rm.name] = runner
+                runner = self._new_runner(rm.name)
+                with self._lock:
+                    self.runners[rm.name] = runner
         except BaseException:
             self.stop()
             raise
+        self._started = True
+        if self.supervise:
+            self._supervisor = Supervisor(
+                list(self.runners), self.runners, self._lock, self._new_runner,
+                on_restart=self.on_restart, **self.supervisor_options,
+            ).start()
         return self
+
+    def _new_runner(self, name: str) -> BatchingProjectionRunner[ReadModelView]:
+        """A started runner for read model ``name`` (resumes from its tracking position)."""
+        rm = next(r for r in self.read_models if r.name == name)
+        runner: BatchingProjectionRunner[ReadModelView] = BatchingProjectionRunner(
+            application_class=self.application_class,
+            projection_class=with_batching(rm.projection, self.max_batch_events, self.max_batch_wait),
+            view_class=bind_view(rm.view, self.embedder),
+            env=self.env,
+        )
+        try:
+            return runner.__enter__()
+        except BaseException:
+            runner.__exit__(None, None, None)
+            runner.view.datastore.close()
+            raise
 
     def _create_tables(self, rm: ReadModel) -> None:
         factory = datastore_factory(rm.name, self.env)
@@ -109,52 +143,102 @@ class ProjectionSet:
 
     @property
     def running(self) -> bool:
-        return bool(self.runners)
+        """True between start and stop (also while a dead runner waits to be restarted)."""
+        return self._started
+
+    def _current(self) -> dict[str, BatchingProjectionRunner[ReadModelView]]:
+        with self._lock:
+            return dict(self.runners)
 
     def positions(self) -> dict[str, int | None]:
         return {
             name: runner.view.max_tracking_id(runner.app_name)
-            for name, runner in self.runners.items()
+            for name, runner in self._current().items()
         }
 
     def alive(self) -> dict[str, bool]:
         """Per in-process projector: still following the log (False once its thread died)."""
-        return {name: not r.is_interrupted.is_set() for name, r in self.runners.items()}
+        return {name: status.running for name, status in self.status().items()}
+
+    def status(self) -> dict[str, ProjectorStatus]:
+        """Per in-process projector: running, restarts, consecutive failures, last error."""
+        current = self._current()
+        supervised = self._supervisor.status if self._supervisor is not None else {}
+        out: dict[str, ProjectorStatus] = {}
+        for name in supervised.keys() | current.keys():
+            base = supervised.get(name) or ProjectorStatus()
+            runner = current.get(name)
+            running = runner is not None and not runner.is_interrupted.is_set()
+            out[name] = ProjectorStatus(
+                running=running, restarts=base.restarts, failures=base.failures,
+                last_error=base.last_error, started_at=base.started_at,
+            )
+        return out
 
     def wait(self, position: int | None, timeout: float = 30.0) -> None:
         """Read-your-writes: block until every projection applied ``position``.
 
-        Raises the projector's own error if one died, ``TimeoutError`` on timeout.
+        Supervised, a dead projector is waited for (the supervisor restarts it) until the
+        timeout, whose ``TimeoutError`` names the projector's error; unsupervised, its own
+        error is raised at once.
         """
-        if position is None or not self.runners:
+        if position is None or not self._started:
             return
+        names = [rm.name for rm in self.read_models if rm.projected]
 
         def lagging() -> list[str]:
             behind = []
-            for name, runner in self.runners.items():
-                runner.run_forever(timeout=0)  # re-raises a processing thread's error
-                if runner.is_interrupted.is_set():
-                    raise RuntimeError(f"projection {name!r} has stopped")
-                current = runner.view.max_tracking_id(runner.app_name)
-                if current is None or current < position:
+            current = self._current()
+            for name in names:
+                runner = current.get(name)
+                if runner is None or runner.is_interrupted.is_set():
+                    if not self.supervise and runner is not None:
+                        runner.run_forever(timeout=0)  # re-raises a processing thread's error
+                        raise RuntimeError(f"projection {name!r} has stopped")
+                    behind.append(self._why_behind(name))
+                    continue
+                try:
+                    current_position = runner.view.max_tracking_id(runner.app_name)
+                except Exception as exc:  # noqa: BLE001 - the runner will die and be restarted
+                    behind.append(f"{name} ({type(exc).__name__})")
+                    continue
+                if current_position is None or current_position < position:
                     behind.append(name)
             return behind
 
         _poll(lagging, position, timeout, "projections")
 
+    def _why_behind(self, name: str) -> str:
+        status = self._supervisor.status.get(name) if self._supervisor is not None else None
+        if status is None or status.last_error is None:
+            return f"{name} (restarting)"
+        return f"{name} (restarting after {status.last_error})"
+
     def stop(self) -> None:
-        """Stop every runner (joins its threads, closes its connections)."""
+        """Stop every runner (joins its threads, closes its connections).
+
+        A runner's processing error is re-raised when unsupervised; supervised, it was
+        already logged and reported by the supervisor, so closing after a database crash
+        just closes."""
+        supervised = self._supervisor is not None
+        if self._supervisor is not None:
+            self._supervisor.stop()  # first: it must not restart what we stop here
+            self._supervisor = None
+        self._started = False
         errors: list[BaseException] = []
-        for runner in self.runners.values():
+        with self._lock:
+            runners, self.runners = dict(self.runners), {}
+        for runner in runners.values():
             try:
                 runner.__exit__(None, None, None)
             except BaseException as exc:  # noqa: BLE001 - stop the others first
                 errors.append(exc)
             finally:
                 runner.view.datastore.close()
-        self.runners = {}
-        if errors:
+        if errors and not supervised:
             raise errors[0]
+        for error in errors:
+            log.info("projector stopped with %s: %s", type(error).__name__, error)
 
     def rebuild(self, projection: str | None = None, progress: bool = False) -> RebuildReport:
         """Stop, rebuild from the log (bulk mode), start again."""
@@ -166,7 +250,7 @@ class ProjectionSet:
         return report
 
     def __enter__(self) -> ProjectionSet:
-        if not self.runners:
+        if not self._started:
             self._start()
         return self
 
