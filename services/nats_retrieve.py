@@ -97,10 +97,13 @@ def register_retrieve(broker: NatsBroker, memory: Any, subject: str = DEFAULT_SU
 
 
 def create_retrieve_broker(
-    memory: Any, nats_url: str, subject: str = DEFAULT_SUBJECT
+    memory: Any, nats_url: str, subject: str = DEFAULT_SUBJECT, **connect: Any
 ) -> NatsBroker:
-    """A broker serving only retrieve; run it with ``FastStream(broker)`` or ``await broker.start()``."""
-    broker = NatsBroker(nats_url)
+    """A broker serving only retrieve; run it with ``FastStream(broker)`` or ``await broker.start()``.
+
+    It reconnects forever (nats-py's default gives up after 60 attempts, ~2 minutes, and the
+    responder then never answers again); ``connect`` overrides ``NatsBroker`` options."""
+    broker = NatsBroker(nats_url, **{"max_reconnect_attempts": -1, **connect})
     register_retrieve(broker, memory, subject)
     return broker
 

@@ -64,9 +64,11 @@ class MessagePublisher:
         self._js: Any = None
 
     async def __aenter__(self) -> MessagePublisher:
+        # reconnect forever: a long-lived publisher must outlive a NATS restart (publishes
+        # during the outage fail after ``timeout``; the connection itself comes back)
         extra: dict[str, Any] = {"inbox_prefix": self.inbox_prefix} if self.inbox_prefix else {}
         self._nc = await nats.connect(
-            self.nats_url, connect_timeout=self.timeout, max_reconnect_attempts=3, **extra
+            self.nats_url, connect_timeout=self.timeout, max_reconnect_attempts=-1, **extra
         )
         self._js = self._nc.jetstream(timeout=self.timeout)
         try:
