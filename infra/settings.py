@@ -54,6 +54,9 @@ class Settings(BaseSettings):
     )
     nats_user: str | None = Field(default=None, description="user for an external NATS")
     nats_password: str | None = Field(default=None, description="password for an external NATS")
+    ready_max_lag: int = Field(
+        default=1000, ge=0, description="events a projection may trail the log before /readyz is 503"
+    )
 
 
 def load_settings() -> Settings:

@@ -42,6 +42,12 @@ class ProjectionHealth(BaseModel):
     running: bool | None = Field(
         default=None, description="in-process projector alive (None: runs in another process)"
     )
+    restarts: int | None = Field(
+        default=None, description="restarts after errors (None: runs in another process)"
+    )
+    last_error: str | None = Field(
+        default=None, description="the error that last stopped it, while not yet recovered"
+    )
 
 
 class HealthReport(BaseModel):
@@ -119,12 +125,25 @@ def check_health(
         except Exception as exc:  # noqa: BLE001
             reasons.append(f"projection positions unreadable: {type(exc).__name__}: {exc}")
         else:
-            alive = projections.alive() if projections is not None else {}
+            status = projections.status() if projections is not None else {}
             for name, position in positions.items():
                 lag = max(log_head - (position or 0), 0)
-                lags[name] = ProjectionHealth(position=position, lag=lag, running=alive.get(name))
-                if alive.get(name) is False:
-                    reasons.append(f"projection {name!r} has stopped")
+                state = status.get(name)
+                lags[name] = ProjectionHealth(
+                    position=position,
+                    lag=lag,
+                    running=state.running if state else None,
+                    restarts=state.restarts if state else None,
+                    last_error=state.last_error if state and state.failing else None,
+                )
+                if state is not None and not state.running:
+                    why = f": {state.last_error}" if state.last_error else ""
+                    reasons.append(f"projection {name!r} has stopped{why} (restarting)")
+                elif state is not None and state.failing:
+                    reasons.append(
+                        f"projection {name!r} is recovering from {state.last_error} "
+                        f"({state.restarts} restart(s))"
+                    )
                 if lag > max_lag:
                     reasons.append(f"projection {name!r} lags {lag} events (max {max_lag})")
     return HealthReport(
@@ -140,3 +159,32 @@ def check_health(
 
 def _ms_since(started: float) -> float:
     return round((time.monotonic() - started) * 1000, 2)
+
+
+def unreachable_report(error: BaseException, max_lag: int = DEFAULT_MAX_LAG) -> HealthReport:
+    """The report when the database cannot even be opened (``engramdb status``)."""
+    detail = " ".join(f"{type(error).__name__}: {error}".split())
+    return HealthReport(
+        ok=False,
+        reasons=[f"database down: {detail}"],
+        database=ComponentHealth(status="down", detail=detail),
+        nats=ComponentHealth(status="not configured", detail="not checked"),
+        max_lag=max_lag,
+    )
+
+
+def format_report(report: HealthReport) -> str:
+    """Human-readable ``engramdb status`` output: verdict, components, one line per projection."""
+    lines = [f"status: {'ok' if report.ok else 'UNHEALTHY'}"]
+    for name, comp in (("database", report.database), ("nats", report.nats)):
+        extra = f" ({comp.latency_ms} ms)" if comp.latency_ms is not None else ""
+        extra += f" - {comp.detail}" if comp.detail else ""
+        lines.append(f"{name}: {comp.status}{extra}")
+    if report.head is not None:
+        lines.append(f"event log head: {report.head}   (max lag {report.max_lag} events)")
+    for name, proj in report.projections.items():
+        running = "" if proj.running is None else ("  running" if proj.running else "  STOPPED")
+        restarts = f"  restarts {proj.restarts}" if proj.restarts else ""
+        lines.append(f"projection {name}: position {proj.position}  lag {proj.lag}{running}{restarts}")
+    lines.extend(f"! {reason}" for reason in report.reasons)
+    return "\n".join(lines)

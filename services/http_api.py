@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 import anyio
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field, ValidationError
 
 from engramdb.infra.api_keys import Grant
@@ -200,6 +200,21 @@ def create_app(memory: Any, *, title: str = "engramdb") -> FastAPI:
         return JSONResponse(status_code=200 if ok else 503, content=body)
 
     app.include_router(manage_router)
+    @app.get(
+        "/metrics",
+        response_class=Response,
+        responses={
+            200: {"content": {"text/plain": {}}, "description": "Prometheus text format"},
+            404: {"description": "this process keeps no metrics"},
+        },
+        summary="Prometheus metrics: lags, retrieve latency, dead letters, LLM errors, restarts",
+    )
+    async def metrics() -> Response:
+        registry = getattr(memory, "metrics", None)
+        if registry is None:
+            raise HTTPException(status_code=404, detail="this process keeps no metrics")
+        body = await anyio.to_thread.run_sync(registry.exposition)
+        return Response(content=body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.exception_handler(ValidationError)
     async def _validation(_request: Request, exc: ValidationError) -> JSONResponse:

@@ -9,6 +9,7 @@ and HTTP services and the CLI are thin shells around it.
 from __future__ import annotations
 
 import sys
+import time
 from datetime import datetime
 from typing import Any
 
@@ -25,7 +26,7 @@ from engramdb.infra.providers.factory import make_embedder, make_llm
 from engramdb.infra.read_pool import open_read_pool
 from engramdb.infra.settings import Settings, load_settings
 from engramdb.projections.rebuild import RebuildReport
-from engramdb.projections.runner import ProjectionSet, wait_for_position
+from engramdb.projections.runner import ProjectionSet, tracking_positions, wait_for_position
 from engramdb.services.app import MemoryApplication
 from engramdb.services.audit import (
     FactSnapshot,
@@ -39,6 +40,7 @@ from engramdb.services.extraction.rule_based import OFFLINE_NOTICE
 from engramdb.services.health import DEFAULT_MAX_LAG, HealthReport, check_health
 from engramdb.services.manage_commands import dry_run_write
 from engramdb.services.memory_manage import ManageMixin
+from engramdb.services.metrics import LagSnapshot, Metrics
 from engramdb.services.pre_retrieval import PreRetrieval
 from engramdb.services.retrieve.models import RetrieveResult
 from engramdb.services.retrieve.pipeline import Retriever
@@ -60,7 +62,13 @@ class Memory(ManageMixin):
         extractor: Extractor,
         start_projectors: bool = True,
         write_config: WriteConfig | None = None,
+        metrics: Metrics | None = None,
+        max_lag: int = DEFAULT_MAX_LAG,
     ) -> None:
+        """``metrics``: the registry ``open`` already wired into the LLM (default: a new one);
+        ``max_lag``: events a projection may trail the log before ``health()`` fails."""
+        self.metrics = metrics or Metrics()
+        self.max_lag = max_lag
         self.database = database
         self.env = env
         self.schema = env.get("POSTGRES_SCHEMA", "public")
@@ -71,7 +79,14 @@ class Memory(ManageMixin):
         # the one read-side pool, owned here and lent to every reader of the read models
         self.pool: ConnectionPool = open_read_pool(database.url, self.schema)
         make = ProjectionSet.start if start_projectors else ProjectionSet
-        self.projections = make(MemoryApplication, env, embedder)
+        self.projections = make(
+            MemoryApplication, env, embedder,
+            on_restart=lambda name: self.metrics.projector_restarts.labels(name).inc(),
+        )
+        for rm in self.projections.read_models:  # every series from 0: rate() works at once
+            if rm.projected:
+                self.metrics.projector_restarts.labels(rm.name)
+        self.metrics.watch_projections(self._lag_snapshot)
         self.pipeline = WritePipeline(
             self.app,
             extractor,
@@ -121,7 +136,8 @@ class Memory(ManageMixin):
         else:
             database = resolve_database(settings)
         ensure_extensions(database.url, database.schema)
-        chosen_llm = make_llm(settings) if llm is _UNSET else llm
+        metrics = Metrics()
+        chosen_llm = metrics.count_llm_errors(make_llm(settings) if llm is _UNSET else llm)
         chosen_embedder = embedder or make_embedder(settings)
         if extractor is None:
             if chosen_llm is not None:
@@ -138,6 +154,8 @@ class Memory(ManageMixin):
             extractor=extractor,
             start_projectors=start_projectors,
             write_config=write_config,
+            metrics=metrics,
+            max_lag=settings.ready_max_lag,
         )
 
     def __enter__(self) -> Memory:
@@ -198,9 +216,13 @@ class Memory(ManageMixin):
 
         ``wait_for`` is a ``WriteResult.position``: read-your-writes.
         """
-        return self.retriever.retrieve(
-            agent_id, query, as_of=as_of, wait_for=wait_for, config_overrides=config_overrides
-        )
+        started = time.perf_counter()
+        try:
+            return self.retriever.retrieve(
+                agent_id, query, as_of=as_of, wait_for=wait_for, config_overrides=config_overrides
+            )
+        finally:
+            self.metrics.retrieve_seconds.observe(time.perf_counter() - started)
 
     def wait_for_projections(self, position: int | None = None, timeout: float = 30.0) -> None:
         """Block until the read models include the event at ``position`` (default: all so far)."""
@@ -211,17 +233,26 @@ class Memory(ManageMixin):
         else:
             wait_for_position(self.database.url, position, timeout, schema=self.schema)
 
-    def health(self, max_lag: int = DEFAULT_MAX_LAG, timeout: float = 2.0) -> HealthReport:
-        """Readiness (``/readyz``): database, NATS if this process uses one, projection lag."""
+    def health(self, max_lag: int | None = None, timeout: float = 2.0) -> HealthReport:
+        """Readiness (``/readyz``): database, NATS if this process uses one, projector
+        liveness (in-process) and projection lag (``max_lag`` events, default the
+        ``ENGRAMDB_READY_MAX_LAG`` setting)."""
         return check_health(
             pool=self.pool,
             schema=self.schema,
             head=self.app.recorder.max_notification_id,
             projections=self.projections,
             nats_url=self.nats_url,
-            max_lag=max_lag,
+            max_lag=self.max_lag if max_lag is None else max_lag,
             timeout=timeout,
         )
+
+    def _lag_snapshot(self) -> LagSnapshot:
+        """For ``/metrics``: log head and projection positions (PostgreSQL), liveness."""
+        with self.pool.connection(timeout=2.0) as conn:
+            positions = tracking_positions(conn, self.schema)
+        head = self.app.recorder.max_notification_id() or 0
+        return LagSnapshot(head=head, positions=positions, up=self.projections.alive())
 
     def history(self, agent_id: str, fact_id: str | None = None) -> list[HistoryEntry]:
         """How a memory came to be, from the event log."""

@@ -44,7 +44,7 @@ def run_server(role: str = "all", settings: Settings | None = None) -> None:
         memory.nats_url = nats_url  # so /readyz checks the broker too
         ingest = None
         if role in ("all", "ingest") and nats_url is not None:
-            app, _broker = build_ingest_app(nats_url, memory.pipeline)
+            app, _broker = build_ingest_app(nats_url, memory.pipeline, metrics=memory.metrics)
             ingest = IngestThread(app).start()
             log.info("ingest consuming %s.messages.> on %s", settings.subject_prefix, redact_url(nats_url))
         try:

@@ -121,3 +121,66 @@ async def test_unreachable_database_is_not_ready(agent_id: str) -> None:
     finally:
         mem.close()
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+async def test_the_lag_threshold_is_a_setting(fresh_schema, agent_id: str) -> None:
+    from engramdb.infra.settings import Settings
+
+    _schema, env = fresh_schema("lagset")
+    with Memory.open(
+        Settings(ready_max_lag=0), env=env, embedder=HashEmbedder(384), llm=None, quiet=True,
+        start_projectors=False,
+    ) as mem:
+        assert mem.health().ok  # an empty log: nothing to lag behind
+        mem.write(agent_id, "I work at Vertix.", speaker="Ana")
+        report = mem.health()
+        assert not report.ok and any("(max 0)" in r for r in report.reasons)
+        assert (await _readyz(mem)).status_code == 503
+        assert mem.health(max_lag=10_000).ok  # an explicit threshold wins
+
+
+def _status(monkeypatch, *args: str, **env: str):  # noqa: ANN202 - typer's Result
+    from typer.testing import CliRunner
+
+    from engramdb.services.cli import app
+
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("ENGRAMDB_EMBEDDING_MODEL", "hash-bow-384")
+    monkeypatch.delenv("ENGRAMDB_LLM_API_KEY", raising=False)
+    monkeypatch.delenv("ENGRAMDB_LLM_BASE_URL", raising=False)
+    return CliRunner().invoke(app, ["status", *args])
+
+
+def test_status_command(monkeypatch, fresh_schema, pg_url: str, nats_url: str, agent_id: str) -> None:
+    import json
+
+    schema, env = fresh_schema("status")
+    with Memory.open(env=env, embedder=HashEmbedder(384), llm=None, quiet=True) as mem:
+        written = mem.write(agent_id, "I live in Recife.", speaker="Ana")
+        mem.wait_for_projections(written.position)
+    settings = {
+        "ENGRAMDB_DATABASE_URL": pg_url, "ENGRAMDB_NATS_URL": nats_url, "ENGRAMDB_DB_SCHEMA": schema,
+    }
+    healthy = _status(monkeypatch, **settings)
+    assert healthy.exit_code == 0, healthy.output
+    assert healthy.output.startswith("status: ok\n")
+    assert "nats: up" in healthy.output and "projection memory: position" in healthy.output
+
+    as_json = _status(monkeypatch, "--json", **settings)
+    assert as_json.exit_code == 0, as_json.output
+    report = json.loads(as_json.output)
+    assert report["ok"] and report["head"] == written.position
+    assert report["projections"]["conversation"]["lag"] == 0
+
+    with Memory.open(env=env, embedder=HashEmbedder(384), llm=None, quiet=True,
+                     start_projectors=False) as mem:
+        mem.write(agent_id, "I work at Vertix.", speaker="Ana")  # nobody projects it
+    lagging = _status(monkeypatch, "--max-lag", "0", **settings)
+    assert lagging.exit_code == 1
+    assert "status: UNHEALTHY" in lagging.output and "lags" in lagging.output
+
+    down = _status(monkeypatch, **{**settings,
+                   "ENGRAMDB_DATABASE_URL": f"postgresql://u:p@127.0.0.1:{pick_port()}/db"})
+    assert down.exit_code == 1
+    assert "database: down" in down.output and "! database down: " in down.output

@@ -22,6 +22,7 @@ from engramdb.services.messages import (
     messages_stream_name,
     messages_wildcard,
 )
+from engramdb.services.metrics import Metrics
 from engramdb.services.write import WritePipeline, WriteResult
 
 # The package's logger name, as before the split into modules (log filters keep working).
@@ -46,13 +47,14 @@ def build_ingest_app(
     batch_records: bool = True,
     on_result: Callable[[WriteResult], None] | None = None,
     logger: logging.Logger | None = None,
+    metrics: Metrics | None = None,
 ) -> tuple[FastStream, NatsBroker]:
     """FastStream app + broker consuming ``<prefix>.messages.>`` with a durable pull consumer.
 
     Give either a ready ``pipeline`` or a ``pipeline_factory`` (called once at startup, so
     building database pools happens inside the service's lifetime). A write in progress sends
     JetStream "working" heartbeats every ``ack_wait / 3`` s, so a slow extraction is not
-    redelivered while it runs.
+    redelivered while it runs. ``metrics`` (a ``Memory``'s) gets the ingest lag and tallies.
     """
     if (pipeline is None) == (pipeline_factory is None):
         raise ValueError("give exactly one of pipeline / pipeline_factory")
@@ -100,7 +102,14 @@ def build_ingest_app(
     )
     async def ingest(body: Any, message: Annotated[Any, Context("message")]) -> None:
         """Payload: a ``ConversationMessage`` JSON object (see components); validated here."""
-        await service.handle(message.raw_message)
+        if metrics is None:
+            await service.handle(message.raw_message)
+            return
+        metrics.ingest_received(message.raw_message)
+        try:
+            await service.handle(message.raw_message)
+        finally:
+            metrics.ingest_settled()
 
     # The dead-letter publisher only declares its stream (and documents it in AsyncAPI).
     broker.publisher(
@@ -115,6 +124,8 @@ def build_ingest_app(
         if service.pipeline is None and pipeline_factory is not None:
             service.pipeline = await anyio.to_thread.run_sync(pipeline_factory)
 
+    if metrics is not None:
+        metrics.watch_ingest(service.stats)
     app = FastStream(broker, on_startup=[startup])
     app.ingest_service = service  # type: ignore[attr-defined]
     return app, broker
