@@ -195,7 +195,7 @@ class ProjectionSet:
                     if not self.supervise and runner is not None:
                         runner.run_forever(timeout=0)  # re-raises a processing thread's error
                         raise RuntimeError(f"projection {name!r} has stopped")
-                    behind.append(self._why_behind(name))
+                    behind.append(self._why_behind(name, "restarting"))
                     continue
                 try:
                     current_position = runner.view.max_tracking_id(runner.app_name)
@@ -203,16 +203,17 @@ class ProjectionSet:
                     behind.append(f"{name} ({type(exc).__name__})")
                     continue
                 if current_position is None or current_position < position:
-                    behind.append(name)
+                    behind.append(self._why_behind(name, "recovering"))
             return behind
 
         _poll(lagging, position, timeout, "projections")
 
-    def _why_behind(self, name: str) -> str:
+    def _why_behind(self, name: str, state: str) -> str:
+        """``name``, with the error it is recovering from if it is (for ``TimeoutError``)."""
         status = self._supervisor.status.get(name) if self._supervisor is not None else None
-        if status is None or status.last_error is None:
-            return f"{name} (restarting)"
-        return f"{name} (restarting after {status.last_error})"
+        if status is None or not status.failing:
+            return name if state == "recovering" else f"{name} ({state})"
+        return f"{name} ({state} after {status.last_error})"
 
     def stop(self) -> None:
         """Stop every runner (joins its threads, closes its connections).
