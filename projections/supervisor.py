@@ -13,6 +13,10 @@ skips or double-applies an event. Restarts are delayed ``initial_backoff * 2**(n
 for the n-th consecutive failure, capped at ``max_backoff``; the count resets once a runner
 has stayed up ``healthy_after`` seconds. A projection counts as *failing* (``/readyz`` 503)
 from its failure until it has stayed up that long again.
+
+While the database is down, building a runner blocks in its connection pool (up to
+eventsourcing's ``POSTGRES_CONNECT_TIMEOUT``, 30 s by default) and completes as soon as the
+server is back; if it times out, that is one more failure and the next try follows the backoff.
 """
 
 from __future__ import annotations
@@ -104,10 +108,12 @@ class Supervisor:
         self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop watching. A restart in progress (connecting can take the database's connect
+        timeout) is not waited for beyond ``timeout``: it retires its own runner on return."""
         self._stopping.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join()
+            self._thread.join(timeout)
 
     def backoff(self, failures: int) -> float:
         return float(min(self.max_backoff, self.initial_backoff * 2 ** max(failures - 1, 0)))
