@@ -30,8 +30,9 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-INITIAL_BACKOFF = 0.2  # seconds before the first restart
-MAX_BACKOFF = 5.0  # cap: a database back after a crash is noticed within this
+INITIAL_BACKOFF = 0.1  # seconds before the first restart
+MAX_BACKOFF = 2.0  # cap: a database back after a crash is noticed within this
+LOG_EVERY = 30  # after the first 3, log every 30th failed attempt of one outage (~1/min)
 HEALTHY_AFTER = 2.0  # seconds up before a restarted runner counts as recovered
 POLL = 0.1  # how often runners are looked at
 
@@ -167,5 +168,6 @@ class Supervisor:
         state.last_error = describe(error)
         delay = self.backoff(state.failures)
         state.next_attempt = time.monotonic() + delay
-        log.warning("projection %r %s (%s); retrying in %.1f s", name, what, state.last_error,
-                    delay)
+        level = logging.WARNING if state.failures <= 3 or state.failures % LOG_EVERY == 0 else logging.DEBUG
+        log.log(level, "projection %r %s (failure %d: %s); retrying in %.1f s", name, what,
+                state.failures, state.last_error, delay)

@@ -66,6 +66,8 @@ def test_projectors_restart_after_a_postgres_crash(own_postgres, agent_id: str, 
         report = memory.health(timeout=0.5)
         assert not report.ok and report.database.status == "down"
 
+        # while it is down, restarts fail fast and are retried with backoff
+        _until(lambda: "'memory' could not restart (failure 2" in caplog.text, 10, "a retry")
         handles.append(ensure_postgres(data_dir, fast_unsafe=True))  # back, same port
         assert handles[-1].url == handles[0].url
         _until(lambda: all(memory.projections.alive().values()), 15, "projectors to restart")
@@ -82,7 +84,7 @@ def test_projectors_restart_after_a_postgres_crash(own_postgres, agent_id: str, 
         restarts = status["memory"].restarts
         assert f'engramdb_projector_restarts_total{{projection="memory"}} {restarts:.1f}' in scraped
         logged = caplog.text
-        assert "projection 'memory' stopped (OperationalError" in logged
+        assert "projection 'memory' stopped (failure 1: OperationalError" in logged
         assert "projection 'memory' restarted (restart 1)" in logged
     finally:
         memory.close()
