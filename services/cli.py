@@ -147,27 +147,11 @@ def status(
 ) -> None:
     """Health of the deployment: database, NATS, projection positions and lags (what /readyz
     answers). Exit code 1 when unhealthy, so scripts and probes can use it."""
-    from engramdb.infra.database import resolve_nats
     from engramdb.infra.settings import load_settings
-    from engramdb.services.health import ComponentHealth, format_report, unreachable_report
+    from engramdb.services.health import format_report
+    from engramdb.services.status import deployment_status
 
-    settings = load_settings()
-    try:
-        memory = _open_memory(settings=settings, start_projectors=False, quiet=True)
-    except Exception as exc:  # noqa: BLE001 - an unreachable database is a status, not a crash
-        report = unreachable_report(exc, settings.ready_max_lag)
-    else:
-        with memory:
-            nats_error = None
-            try:
-                memory.nats_url = resolve_nats(settings)
-            except Exception as exc:  # noqa: BLE001 - reported as NATS down below
-                nats_error = f"{type(exc).__name__}: {exc}"
-            report = memory.health(max_lag=max_lag)
-            if nats_error is not None:
-                report.nats = ComponentHealth(status="down", detail=nats_error)
-                report.reasons.append(f"nats down: {nats_error}")
-                report.ok = False
+    report = deployment_status(load_settings(), max_lag)
     typer.echo(report.model_dump_json(indent=2) if as_json else format_report(report))
     raise typer.Exit(0 if report.ok else 1)
 

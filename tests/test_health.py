@@ -184,3 +184,19 @@ def test_status_command(monkeypatch, fresh_schema, pg_url: str, nats_url: str, a
                    "ENGRAMDB_DATABASE_URL": f"postgresql://u:p@127.0.0.1:{pick_port()}/db"})
     assert down.exit_code == 1
     assert "database: down" in down.output and "! database down: " in down.output
+
+
+def test_status_does_not_start_embedded_servers(monkeypatch, tmp_path, fresh_schema, pg_url) -> None:
+    monkeypatch.delenv("ENGRAMDB_DATABASE_URL", raising=False)
+    monkeypatch.delenv("ENGRAMDB_NATS_URL", raising=False)
+    nothing = _status(monkeypatch, ENGRAMDB_DATA_DIR=str(tmp_path))
+    assert nothing.exit_code == 1
+    assert "the embedded PostgreSQL in" in nothing.output and "is not running" in nothing.output
+    assert not (tmp_path / "pg").exists()  # it did not start one
+
+    schema, _env = fresh_schema("status")
+    no_nats = _status(monkeypatch, ENGRAMDB_DATA_DIR=str(tmp_path), ENGRAMDB_DATABASE_URL=pg_url,
+                      ENGRAMDB_DB_SCHEMA=schema)
+    assert no_nats.exit_code == 1
+    assert "database: up" in no_nats.output
+    assert "! nats down: the embedded NATS in" in no_nats.output
