@@ -150,6 +150,7 @@ async def test_probes_stay_open(memory: Memory) -> None:
     async with _client(app) as client:
         assert (await client.get("/healthz")).status_code == 200
         assert (await client.get("/readyz")).status_code in (200, 503)  # never 401: probes have no key
+        assert (await client.get("/metrics")).status_code == 200  # scrapers carry no key either
 
 
 async def test_without_keys_the_api_is_open(memory: Memory) -> None:
