@@ -23,7 +23,7 @@ from engramdb.infra.database import (
     resolve_database,
 )
 from engramdb.infra.providers.factory import make_embedder, make_llm
-from engramdb.infra.read_pool import open_read_pool
+from engramdb.infra.read_pool import open_read_pool, open_worker_pool
 from engramdb.infra.settings import Settings, load_settings
 from engramdb.projections.rebuild import RebuildReport
 from engramdb.projections.runner import ProjectionSet, tracking_positions, wait_for_position
@@ -76,8 +76,10 @@ class Memory(ManageMixin):
         self.llm = llm
         self.extractor = extractor
         self.app = MemoryApplication(env)
-        # the one read-side pool, owned here and lent to every reader of the read models
-        self.pool: ConnectionPool = open_read_pool(database.url, self.schema)
+        # the read-side pools, owned here: the read pool is lent to every reader of the read
+        # models, the worker pool only to the retriever's workers (ADR-0010: no deadlock)
+        self.pool: ConnectionPool = open_read_pool(database.url, self.schema, name="engramdb-read")
+        self.worker_pool: ConnectionPool = open_worker_pool(database.url, self.schema)
         make = ProjectionSet.start if start_projectors else ProjectionSet
         self.projections = make(
             MemoryApplication, env, embedder,
@@ -95,7 +97,11 @@ class Memory(ManageMixin):
             config=write_config,
         )
         self.retriever = Retriever(
-            self.pool, embedder, llm=llm, wait_for_position=self.wait_for_projections
+            self.pool,
+            embedder,
+            llm=llm,
+            wait_for_position=self.wait_for_projections,
+            worker_pool=self.worker_pool,
         )
         self.nats_url: str | None = None  # the broker this process uses (set by ``serve``)
 
@@ -167,6 +173,7 @@ class Memory(ManageMixin):
     def close(self) -> None:
         self.projections.stop()
         self.retriever.close()
+        self.worker_pool.close()
         self.pool.close()
         self.app.close()
         if self.database.handle is not None:

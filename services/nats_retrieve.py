@@ -7,7 +7,9 @@ requester always gets an answer instead of waiting for its timeout.
 
 Core NATS (not JetStream): a query is ephemeral, replaying it later has no value. Replicas
 share the queue group ``engramdb-retrieve`` so each request is answered once; scaling out is
-starting more replicas. The facade is synchronous: calls run on a worker thread.
+starting more replicas. The facade is synchronous: calls run on a worker thread, up to
+``IN_FLIGHT`` at once per process (a plain subscriber would answer one request at a time);
+beyond what the read pool serves at once they queue for it, without deadlock (ADR-0010).
 
 ``<prefix>.retrieve.<agent-token>`` answers the same requests for that one agent only (a
 request naming another agent gets a ``forbidden`` error): NATS permissions can then let a
@@ -32,6 +34,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SUBJECT = "engramdb.retrieve"
 QUEUE_GROUP = "engramdb-retrieve"
+# Requests handled at once per process: 2x the read pool, so the pool stays busy while
+# replies are serialised and sent; more would only queue on the pool inside the process.
+IN_FLIGHT = 16
 
 
 class RetrieveReply(BaseModel):
@@ -81,14 +86,17 @@ async def handle_request(
     return {"result": result.model_dump(mode="json")}
 
 
-def register_retrieve(broker: NatsBroker, memory: Any, subject: str = DEFAULT_SUBJECT) -> Any:
-    """Add the retrieve responder to an existing broker (e.g. next to the ingest consumer)."""
+def register_retrieve(
+    broker: NatsBroker, memory: Any, subject: str = DEFAULT_SUBJECT, *, in_flight: int = IN_FLIGHT
+) -> Any:
+    """Add the retrieve responder to an existing broker (e.g. next to the ingest consumer);
+    ``in_flight``: requests handled concurrently by this process."""
 
-    @broker.subscriber(subject, queue=QUEUE_GROUP)
+    @broker.subscriber(subject, queue=QUEUE_GROUP, max_workers=in_flight)
     async def retrieve_responder(msg: NatsMessage) -> dict[str, Any]:
         return await handle_request(memory, msg.body)
 
-    @broker.subscriber(f"{subject}.*", queue=QUEUE_GROUP)
+    @broker.subscriber(f"{subject}.*", queue=QUEUE_GROUP, max_workers=in_flight)
     async def agent_retrieve_responder(msg: NatsMessage) -> dict[str, Any]:
         token = msg.raw_message.subject.rsplit(".", 1)[-1]
         return await handle_request(memory, msg.body, subject_token=token)
@@ -97,14 +105,20 @@ def register_retrieve(broker: NatsBroker, memory: Any, subject: str = DEFAULT_SU
 
 
 def create_retrieve_broker(
-    memory: Any, nats_url: str, subject: str = DEFAULT_SUBJECT, **connect: Any
+    memory: Any,
+    nats_url: str,
+    subject: str = DEFAULT_SUBJECT,
+    *,
+    in_flight: int = IN_FLIGHT,
+    **connect: Any,
 ) -> NatsBroker:
     """A broker serving only retrieve; run it with ``FastStream(broker)`` or ``await broker.start()``.
 
     It reconnects forever (nats-py's default gives up after 60 attempts, ~2 minutes, and the
-    responder then never answers again); ``connect`` overrides ``NatsBroker`` options."""
+    responder then never answers again); ``connect`` overrides ``NatsBroker`` options;
+    ``in_flight``: requests handled concurrently by this process."""
     broker = NatsBroker(nats_url, **{"max_reconnect_attempts": -1, **connect})
-    register_retrieve(broker, memory, subject)
+    register_retrieve(broker, memory, subject, in_flight=in_flight)
     return broker
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engramdb.infra.read_pool import READ_POOL_MAX_SIZE, open_read_pool
+from engramdb.infra.read_pool import open_read_pool
 from engramdb.projections.schema import read_model_ddl
 from engramdb.services.pre_retrieval import PreRetrieval
 
@@ -33,4 +33,3 @@ def test_pre_retrieval_borrows_the_read_pool(pg_url: str, fresh_schema: Any, age
         assert timeout is not None and timeout[0] == "0"  # transaction-local, gone with it
     finally:
         pool.close()
-    assert READ_POOL_MAX_SIZE >= 3  # the retriever runs its side signals only with >= 3

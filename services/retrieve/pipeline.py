@@ -1,11 +1,12 @@
 """``Retriever``: Plan → Retrieve (signals, concurrently) → Merge & rank → Enhance → Rerank
 → Format (SPEC §3). Reads only the projections (read models), never the event store.
 
-Concurrency (ADR 0006): the query embedding runs in a worker thread while the fact signals
-run in sequence on ONE pooled connection (plan → graph → aggregation → semantic → hydrate →
-spreading), keyword facts beside them on a second one (pool ≥ 3, else inline) and the
-messages on another once the vector exists. On 2 cores more connections only time-slice. The whole call is synchronous and thread-safe; async callers use
-``asyncio.to_thread``.
+Concurrency (ADR 0006, ADR-0010): the query embedding runs on an embedding thread while the
+fact signals run in sequence on ONE connection from the read pool (plan → graph → aggregation
+→ semantic → hydrate → spreading); with a worker pool, keyword + semantic facts and the
+messages run beside them on database workers (``workers``: why that cannot deadlock), else
+on the request's connection after them. On 2 cores more connections only time-slice. The
+whole call is synchronous and thread-safe; async callers use ``asyncio.to_thread``.
 
 ``retrieve`` is a sequence of named stage methods, each timed into ``result.trace`` through
 ``trace.Trace``; the stages that touch neither the pool nor the workers live in ``stages``.
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from datetime import UTC, datetime
 from typing import Any
 
@@ -56,6 +57,7 @@ from engramdb.services.retrieve.stages import (
     select,
 )
 from engramdb.services.retrieve.trace import Trace, ms
+from engramdb.services.retrieve.workers import Workers, done
 
 WaitForPosition = Callable[..., Any]
 
@@ -74,7 +76,8 @@ EXACT_SEARCH_ROWS = 20_000
 
 class Retriever:
     """The read pipeline over a ``psycopg_pool.ConnectionPool`` whose connections see the
-    read-model tables (``search_path``). ``llm`` enables the reranker (``None`` = off)."""
+    read-model tables (``search_path``). ``llm`` enables the reranker (``None`` = off).
+    ``worker_pool`` (lent, e.g. ``infra.read_pool.open_worker_pool``): side stages on workers."""
 
     def __init__(
         self,
@@ -85,7 +88,8 @@ class Retriever:
         wait_for_position: WaitForPosition | None = None,
         *,
         similarity_floor: float | None = None,
-        max_workers: int = 4,
+        worker_pool: Any = None,
+        embed_workers: int = 2,
         exact_search_rows: int = EXACT_SEARCH_ROWS,
     ) -> None:
         self.pool = pool
@@ -99,18 +103,16 @@ class Retriever:
         # table, and exact; 0 = HNSW always, the behaviour the quality numbers were taken with)
         self.exact_search_rows = int(exact_search_rows)
         self._keyword_modes: dict[str, str] | None = None  # detected once from pg_indexes
-        self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="engramdb-retrieve")
+        self._workers = Workers(worker_pool, embed_workers)
 
     def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._workers.close()
 
     def __enter__(self) -> Retriever:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # ----- helpers ---------------------------------------------------------------------
 
     def similarity_floor(self, cfg: RetrieveConfig) -> float:
         """Per-model noise floor: config → constructor → the embedder's own (its port)."""
@@ -125,12 +127,6 @@ class Retriever:
         embed_query = getattr(self.embedder, "embed_query", None)
         vector = embed_query(text) if callable(embed_query) else self.embedder.embed([text])[0]
         return vector_literal(vector), ms(start)
-
-    def _pool_spares_one(self) -> bool:
-        """A third connection for the keyword stage only when the pool has room for it
-        beside the main and the messages connections (else run it inline)."""
-        max_size = getattr(self.pool, "max_size", 0)
-        return isinstance(max_size, int) and max_size >= 3
 
     # ----- the pipeline ------------------------------------------------------------------
 
@@ -217,19 +213,19 @@ class Retriever:
         floor = self.similarity_floor(cfg)
         trace.note(similarity_floor=floor,
                    similarity_threshold_cosine=round(signals.similarity_threshold(cfg, floor), 6))
-        f_embed: Future[tuple[str, float]] = self._executor.submit(self._embed, q)
+        f_embed: Future[tuple[str, float]] = self._workers.embed(self._embed, q)
         return Call(agent_id, q, cfg, as_of, analysis, trace, plan_start, words, floor, f_embed)
 
     def _fact_stages(
         self, call: Call, conn: Any
     ) -> tuple[RetrievalPlan, datetime, list[Candidate], int, Future[EventsOut] | None]:
-        """Every fact stage on the main connection; the messages (and, when the pool can spare
-        a third connection, keyword + semantic) run beside them in workers."""
+        """Every fact stage on the main connection; with a worker pool the messages and
+        keyword + semantic facts run beside them on workers, else here after them."""
         if self._keyword_modes is None:
             self._keyword_modes = signals.keyword_modes(conn)
         call.modes = self._keyword_modes
         call.trace.note(keyword_mode=call.modes)
-        f_events = self._executor.submit(self._events_signal, call) if call.cfg.topk_events > 0 else None
+        f_events = self._workers.submit(self._events_signal, call) if call.cfg.topk_events > 0 else None
         f_side, keyword = self._start_side_signals(call, conn)
         plan, lookup, anchor = plan_stage(call, conn)
         # graph and spreading only feed the formula and the graph list: when rank fusion gives
@@ -254,6 +250,8 @@ class Retriever:
                                         for h in sorted({n.hop for n in graph_nodes.values()})})
         signal_map, structural = merge(semantic, keyword, graph_hits, aggregation)
         ranked, n_merged = self._hydrate_and_rank(call, conn, signal_map, structural, qvec, anchor)
+        if not self._workers.concurrent and call.cfg.topk_events > 0:  # no workers: messages here
+            f_events = done(self._events_on(conn, call))
         if not structure:
             call.trace.note(spreading_candidates_returned=0, spreading_candidates_unique=0, spreading_entities={})
             call.trace.count(spreading=0)
@@ -265,12 +263,12 @@ class Retriever:
         self, call: Call, conn: Any
     ) -> tuple[Future[SideOut] | None, list[tuple[str, float]]]:
         """The keyword facts (IDF counts + scoring, the longest fact statement at 100k) and
-        then the semantic search run on a third connection beside plan → graph → aggregation
-        when the pool can spare it (at least 3 connections, so waiting for it here can never
-        starve the pool): on the 2-core box this took 100k p95 from ~53 to ~48 ms (ADR 0006).
-        Same statements, same results. Else the keyword facts run first, here."""
-        if self._pool_spares_one():
-            return self._executor.submit(self._side_signals, call), []
+        then the semantic search run on a worker connection beside plan → graph → aggregation
+        when there is a worker pool: on the 2-core box this took 100k p95 from ~53 to ~48 ms
+        (ADR 0006). Same statements, same results. Else the keyword facts run first, here."""
+        f_side = self._workers.submit(self._side_signals, call)
+        if f_side is not None:
+            return f_side, []
         with call.trace.stage("keyword"):
             keyword = self._keyword_facts(conn, call)
         return None, keyword
@@ -283,7 +281,7 @@ class Retriever:
 
     def _side_signals(self, call: Call) -> SideOut:
         side_start = time.perf_counter()
-        with self.pool.connection() as side_conn:
+        with self._workers.connection() as side_conn:
             found = self._keyword_facts(side_conn, call)
             kw_ms = ms(side_start)
             qv = call.query_vector()
@@ -293,16 +291,19 @@ class Retriever:
         return found, kw_ms, near, ms(sem_start)
 
     def _events_signal(self, call: Call) -> EventsOut:
-        """Messages run beside the fact signals on their own connection (the second core)."""
+        """Messages run beside the fact signals on a worker connection (the second core)."""
+        with self._workers.connection() as ev_conn:
+            return self._events_on(ev_conn, call)
+
+    def _events_on(self, conn: Any, call: Call) -> EventsOut:
         qv = call.query_vector()
         ev_start = time.perf_counter()
-        with self.pool.connection() as ev_conn:
-            if call.cfg.ranking == "rrf":
-                sig, rows_ = message_signals(ev_conn, call, qv, self.exact_search_rows)
-            else:
-                sig, rows_ = signals.message_events(
-                    ev_conn, call.agent_id, qv, call.words, call.cfg, call.floor, call.as_of,
-                    call.modes["mem_messages"], self.exact_search_rows)
+        if call.cfg.ranking == "rrf":
+            sig, rows_ = message_signals(conn, call, qv, self.exact_search_rows)
+        else:
+            sig, rows_ = signals.message_events(
+                conn, call.agent_id, qv, call.words, call.cfg, call.floor, call.as_of,
+                call.modes["mem_messages"], self.exact_search_rows)
         return sig, rows_, ms(ev_start)
 
     def _graph(
