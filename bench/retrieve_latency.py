@@ -35,6 +35,7 @@ from psycopg import sql  # noqa: E402
 from psycopg_pool import ConnectionPool  # noqa: E402
 
 from bench.throwaway_db import database_url  # noqa: E402
+from engramdb.infra.read_pool import open_worker_pool  # noqa: E402
 from engramdb.projections.schema import read_model_ddl, vector_index_ddl  # noqa: E402
 from engramdb.services.retrieve import Retriever  # noqa: E402
 
@@ -319,8 +320,9 @@ def measure(url: str, schema: str, keep: bool, args: argparse.Namespace, sizes: 
             url, min_size=6, max_size=8, kwargs={"options": f"-c search_path={schema},public"}
         )
         pool.wait()
+        workers = open_worker_pool(url, schema)  # the side stages beside the main one, as in Memory
         contenders: dict[str, Any] = {
-            "current": Retriever(pool, embedder, config=None, **(
+            "current": Retriever(pool, embedder, config=None, worker_pool=workers, **(
                 {} if args.exact_rows is None else {"exact_search_rows": args.exact_rows}))
         }
         if args.compare:  # e.g. a copy of the previous implementation, measured in the same run
@@ -388,6 +390,7 @@ def measure(url: str, schema: str, keep: bool, args: argparse.Namespace, sizes: 
                 )
         for retriever in contenders.values():
             retriever.close()
+        workers.close()
         pool.close()
         if args.dump:
             Path(args.dump).write_text(json.dumps(dump, default=str))

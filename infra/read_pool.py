@@ -81,7 +81,9 @@ class _Sweeper:
             raise
 
 
-def open_worker_pool(conninfo: str, schema: str | None, workers: int = RETRIEVE_WORKERS) -> ConnectionPool:
+def open_worker_pool(
+    conninfo: str, schema: str | None, workers: int = RETRIEVE_WORKERS
+) -> ConnectionPool:
     """The retriever's worker pool: exactly one connection per worker thread (ADR-0010)."""
     return open_read_pool(
         conninfo, schema, min_size=0, max_size=workers, name="engramdb-retrieve-workers"

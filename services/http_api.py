@@ -18,6 +18,7 @@ from typing import Annotated, Any
 import anyio
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response
+from psycopg_pool import PoolTimeout
 from pydantic import BaseModel, Field, ValidationError
 
 from engramdb.infra.api_keys import Grant
@@ -219,6 +220,15 @@ def create_app(memory: Any, *, title: str = "engramdb") -> FastAPI:
     @app.exception_handler(ValidationError)
     async def _validation(_request: Request, exc: ValidationError) -> JSONResponse:
         return _from_validation(["body"], exc)
+
+    @app.exception_handler(PoolTimeout)
+    async def _busy(_request: Request, exc: PoolTimeout) -> JSONResponse:
+        # overload, not a fault: every database connection stayed busy for the pool's timeout
+        return JSONResponse(
+            status_code=503,
+            headers={"Retry-After": "1"},
+            content={"detail": f"all database connections are busy ({exc}); retry shortly"},
+        )
 
     return app
 

@@ -112,8 +112,12 @@ async def test_nats_retrieve_answers_requests_concurrently(
     server = create_retrieve_broker(counted, nats_url, subject=subject)
     await server.start()
     try:
-        requests = [RetrieveRequest(agent_id=agent_id, query=QUERIES[i % len(QUERIES)]) for i in range(12)]
-        replies = await asyncio.gather(*(request_retrieve(server, r, subject=subject) for r in requests))
+        requests = [
+            RetrieveRequest(agent_id=agent_id, query=QUERIES[i % len(QUERIES)]) for i in range(12)
+        ]
+        replies = await asyncio.gather(
+            *(request_retrieve(server, r, subject=subject) for r in requests)
+        )
     finally:
         await server.stop()
     assert all(r.error is None and r.result is not None and r.result.context for r in replies)
@@ -134,7 +138,9 @@ def test_pooled_connections_survive_a_postgresql_restart(agent_id: str) -> None:
             mem.wait_for_projections(written.position)
             mem.projections.stop()  # projector restarts are not what this test is about
             with ThreadPoolExecutor(16) as threads:  # both pools full of open connections now
-                plans = list(threads.map(lambda i: mem.retrieve(agent_id, QUERIES[i % 4]).plan, range(64)))
+                plans = list(
+                    threads.map(lambda i: mem.retrieve(agent_id, QUERIES[i % 4]).plan, range(64))
+                )
             assert all(plans) and mem.pool.get_stats()["pool_size"] > 4
             port = handle.port
             handle.stop()
@@ -142,7 +148,9 @@ def test_pooled_connections_survive_a_postgresql_restart(agent_id: str) -> None:
             assert handle.port == port, "the restarted server must listen where the pools point"
             client = TestClient(create_app(mem))
             started = time.monotonic()
-            response = client.post("/v1/retrieve", json={"agent_id": agent_id, "query": "Where does Ana live?"})
+            response = client.post(
+                "/v1/retrieve", json={"agent_id": agent_id, "query": "Where does Ana live?"}
+            )
             assert response.status_code == 200, response.text
             assert "Lisbon" in response.json()["context"]
             again = mem.write(agent_id, "I love jazz.", speaker="Ana")  # the event store's pool
@@ -153,3 +161,21 @@ def test_pooled_connections_survive_a_postgresql_restart(agent_id: str) -> None:
     finally:
         handle.stop()
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+async def test_busy_pool_is_a_503_not_a_500(memory: Memory, agent_id: str) -> None:
+    """Overload beyond the pool's timeout is answered 503 + Retry-After (the client may retry)."""
+    memory.pool.timeout = 0.5  # how long a request waits for a connection
+    held = [memory.pool.getconn() for _ in range(memory.pool.max_size)]
+    try:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=create_app(memory)), base_url="http://t"
+        ) as c:
+            response = await c.post(
+                "/v1/retrieve", json={"agent_id": agent_id, "query": "Where does Ana live?"}
+            )
+    finally:
+        for conn in held:
+            memory.pool.putconn(conn)
+    assert response.status_code == 503 and response.headers["retry-after"] == "1"
+    assert "busy" in response.json()["detail"]

@@ -31,9 +31,13 @@ class Workers:
         self.pool = worker_pool
         # The embedding has threads of its own: the database workers wait for the vector, so
         # sharing their threads could leave the embedding queued behind its own waiters.
-        self._embedding = ThreadPoolExecutor(max_workers=embed_workers, thread_name_prefix="engramdb-embed")
+        self._embedding = ThreadPoolExecutor(
+            max_workers=embed_workers, thread_name_prefix="engramdb-embed"
+        )
         self._database = (
-            ThreadPoolExecutor(max_workers=int(worker_pool.max_size), thread_name_prefix="engramdb-retrieve")
+            ThreadPoolExecutor(
+                max_workers=int(worker_pool.max_size), thread_name_prefix="engramdb-retrieve"
+            )
             if worker_pool is not None
             else None
         )
