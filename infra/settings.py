@@ -42,7 +42,13 @@ class Settings(BaseSettings):
     )
     http_host: str = "127.0.0.1"
     http_port: int = 8787
-    subject_prefix: str = "engramdb"
+    subject_prefix: str = Field(
+        default="engramdb", pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$",
+        description="NATS subjects <prefix>.messages.*, <prefix>.retrieve, <prefix>.deadletter.*",
+    )
+    http_max_body_bytes: int = Field(
+        default=1024 * 1024, ge=1024, description="larger HTTP request bodies are a 413"
+    )
     # Security (ADR-0011)
     api_keys: str | None = Field(
         default=None,

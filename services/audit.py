@@ -22,6 +22,7 @@ from engramdb.domain.aggregate import AgentMemory
 from engramdb.domain.fold import AsOfAxis, FactFold, FactRow
 from engramdb.domain.fold import facts_as_of as fold_facts_as_of
 from engramdb.domain.keys import agent_aggregate_id
+from engramdb.domain.time_range import check_instant
 from engramdb.infra.pgsql import set_search_path
 
 _DECISION = {
@@ -278,7 +279,9 @@ def agent_history(
 def facts_as_of(
     app: Any, agent_id: str, t: datetime, axis: AsOfAxis = "both"
 ) -> list[FactSnapshot]:
-    """Facts valid at ``t`` as memory knew them at ``t`` (see ``domain.fold.facts_as_of``)."""
+    """Facts valid at ``t`` as memory knew them at ``t`` (see ``domain.fold.facts_as_of``).
+    ``t`` outside ``domain.time_range``'s window is a ``ValueError`` naming ``as_of``."""
+    t = check_instant(t, "as_of")
     events = [e for e in app.agent_events(agent_id) if isinstance(e, AgentMemory.Event)]
     return [
         FactSnapshot.from_row(row)

@@ -81,7 +81,7 @@ def publish(
 
     settings = load_settings()
     nats_url = resolve_nats(settings)
-    typer.echo(publish_cli(nats_url, agent, text, message_id, speaker, session))
+    typer.echo(publish_cli(nats_url, agent, text, message_id, speaker, session, prefix=settings.subject_prefix))
 
 
 @app.command()

@@ -34,14 +34,14 @@ def _line(title: str) -> None:
     print(f"\n=== {title} " + "=" * max(0, 60 - len(title)))
 
 
-def _publish(nats_url: str, turns: list[tuple[str, str, str]], first: int, results: list) -> None:
+def _publish(nats_url: str, turns: list[tuple[str, str, str]], first: int, results: list, prefix: str) -> None:
     """Publish turns in order and wait until the ingest consumer has processed them."""
     expected = set()
     for i, (session, speaker, text) in enumerate(turns, start=first + 1):
         message = ConversationMessage(
             agent_id=AGENT, message_id=f"demo-{i}", session_id=session, speaker=speaker, text=text
         )
-        publish_message(nats_url, message)
+        publish_message(nats_url, message, prefix=prefix)
         expected.add(message.message_id)
         print(f"  published {message.message_id}: {text}")
     deadline = time.monotonic() + 120
@@ -58,13 +58,15 @@ def run_demo() -> None:
         nats_url = resolve_nats(settings)
         _line(f"publishing {len(CONVERSATION)} messages onto NATS ({redact_url(nats_url)})")
         results: list = []
-        app, _broker = build_ingest_app(nats_url, memory.pipeline, on_result=results.append)
+        app, _broker = build_ingest_app(
+            nats_url, memory.pipeline, prefix=settings.subject_prefix, on_result=results.append
+        )
         with IngestThread(app):
             # the first session, then a moment to ask "as of" later, then the second session
-            _publish(nats_url, CONVERSATION[:3], 0, results)
+            _publish(nats_url, CONVERSATION[:3], 0, results, settings.subject_prefix)
             before_move = datetime.now(UTC)
             time.sleep(0.05)
-            _publish(nats_url, CONVERSATION[3:], 3, results)
+            _publish(nats_url, CONVERSATION[3:], 3, results, settings.subject_prefix)
         position = max((r.position for r in results), default=None)
         memory.wait_for_projections(position)
 

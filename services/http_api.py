@@ -23,9 +23,15 @@ from pydantic import BaseModel, Field, ValidationError
 
 from engramdb.infra.api_keys import Grant
 from engramdb.services.http_auth import authorize, require
+from engramdb.services.http_guard import (
+    DEFAULT_MAX_BODY_BYTES,
+    error_response,
+    install_input_guards,
+    json_safe,
+)
 from engramdb.services.http_manage import forbid_unknown_query
 from engramdb.services.http_manage import router as manage_router
-from engramdb.services.messages import ConversationMessage
+from engramdb.services.messages import ConversationMessage, MessageIdConflict
 from engramdb.services.retrieve.config import UnknownConfigKey
 from engramdb.services.retrieve.models import RetrieveRequest, RetrieveResult
 
@@ -65,9 +71,7 @@ def _plain(value: Any) -> Any:
 
 
 def _unprocessable(loc: list[str | int], msg: str, kind: str = "value_error") -> JSONResponse:
-    return JSONResponse(
-        status_code=422, content={"detail": [{"loc": loc, "msg": msg, "type": kind}]}
-    )
+    return error_response(422, loc, msg, kind)
 
 
 def _from_validation(prefix: list[str | int], exc: ValidationError) -> JSONResponse:
@@ -79,10 +83,12 @@ def _from_validation(prefix: list[str | int], exc: ValidationError) -> JSONRespo
         }
         for err in exc.errors(include_url=False, include_context=False, include_input=False)
     ]
-    return JSONResponse(status_code=422, content={"detail": details})
+    return JSONResponse(status_code=422, content=json_safe({"detail": details}))
 
 
-def create_app(memory: Any, *, title: str = "engramdb") -> FastAPI:
+def create_app(
+    memory: Any, *, title: str = "engramdb", max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+) -> FastAPI:
     app = FastAPI(
         title=title,
         version=API_VERSION,
@@ -91,6 +97,7 @@ def create_app(memory: Any, *, title: str = "engramdb") -> FastAPI:
         dependencies=[Depends(forbid_unknown_query)],
     )
     app.state.memory = memory
+    install_input_guards(app, max_body_bytes)
 
     @app.post(
         "/v1/retrieve",
@@ -125,7 +132,12 @@ def create_app(memory: Any, *, title: str = "engramdb") -> FastAPI:
 
     @app.post(
         "/v1/messages",
-        responses={422: {"model": ErrorBody}, **_AUTH_ERRORS},
+        responses={
+            409: {"model": ErrorBody, "description": "the message id was already used with another text"},
+            413: {"model": ErrorBody},
+            422: {"model": ErrorBody},
+            **_AUTH_ERRORS,
+        },
         summary="Write one conversation turn (recorded first, then extracted)",
     )
     async def write_message(
@@ -136,18 +148,21 @@ def create_app(memory: Any, *, title: str = "engramdb") -> FastAPI:
         ] = False,
     ) -> Any:
         authorize(grant, "write", message.agent_id)
-        result = await anyio.to_thread.run_sync(
-            lambda: memory.write(
-                message.agent_id,
-                message.text,
-                speaker=message.speaker,
-                session_id=message.session_id,
-                occurred_at=message.occurred_at,
-                message_id=message.message_id,
-                metadata=dict(message.metadata),
-                **({"dry_run": True} if dry_run else {}),
+        try:
+            result = await anyio.to_thread.run_sync(
+                lambda: memory.write(
+                    message.agent_id,
+                    message.text,
+                    speaker=message.speaker,
+                    session_id=message.session_id,
+                    occurred_at=message.occurred_at,
+                    message_id=message.message_id,
+                    metadata=dict(message.metadata),
+                    **({"dry_run": True} if dry_run else {}),
+                )
             )
-        )
+        except MessageIdConflict as exc:
+            return error_response(409, ["body", "message_id"], str(exc), "message_id_conflict")
         return _plain(result)
 
     @app.get(

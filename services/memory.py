@@ -232,9 +232,17 @@ class Memory(ManageMixin):
             self.metrics.retrieve_seconds.observe(time.perf_counter() - started)
 
     def wait_for_projections(self, position: int | None = None, timeout: float = 30.0) -> None:
-        """Block until the read models include the event at ``position`` (default: all so far)."""
+        """Block until the read models include the event at ``position`` (default: all so far).
+        A position beyond the end of the log is a ``ValueError`` naming ``wait_for`` at once
+        (it could only time out: no write returned it)."""
+        head = self.app.recorder.max_notification_id() or 0
         if position is None:
-            position = self.app.recorder.max_notification_id()
+            position = head
+        elif position > head:
+            raise ValueError(
+                f"wait_for {position} is beyond the end of the log (position {head}): "
+                "pass the position a write returned"
+            )
         if self.projections.running:
             self.projections.wait(position, timeout)
         else:

@@ -12,7 +12,9 @@ Why the limits are what they are (ADR-0004):
 - Lone UTF-16 surrogates are rejected: they cannot be encoded as UTF-8, so they could not
   be stored at all.
 - ``occurred_at`` must be timezone-aware in storage; a naive value is taken as UTC (the
-  only reading that does not depend on the ingest host's local zone).
+  only reading that does not depend on the ingest host's local zone). It must lie in
+  ``domain.time_range``'s window (1900 to 2199): a year-10000 instant was stored and then
+  broke every read of the agent (ADR-0012).
 
 Subjects: ``<prefix>.messages.<agent_token>``. ``agent_token`` is a hash of the agent id in
 lower-case base32 (no ``.``, ``*``, ``>`` or whitespace can appear), so JetStream keeps the
@@ -33,12 +35,18 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from engramdb.domain.agent_id import AGENT_ID_MAX_CHARS, AGENT_ID_PATTERN, AGENT_ID_RULE
+from engramdb.domain.time_range import TIME_RULE, check_instant
 
 DEFAULT_PREFIX = "engramdb"
 MAX_TEXT_BYTES = 64 * 1024
 MAX_METADATA_BYTES = 16 * 1024
 MAX_ID_CHARS = AGENT_ID_MAX_CHARS  # message, session and speaker ids share the agent id's cap
 DUPLICATE_WINDOW_SEC = 120.0
+# A dead letter copies the payload twice (text + base64); above this size it would come near
+# NATS's 1 MiB max_payload and could not be published at all, so it refers to the original,
+# which stays in the messages stream (ADR-0012).
+DEADLETTER_INLINE_MAX_BYTES = 256 * 1024
+DEADLETTER_PREVIEW_BYTES = 1024
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -62,6 +70,20 @@ class InvalidMessage(ValueError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class MessageIdConflict(ValueError):
+    """A message id already recorded for this agent with a different text: the id is the
+    idempotency key, so the new text would otherwise be dropped silently. The stored original
+    stays; the caller is told (HTTP 409, a NATS dead letter with reason "message id conflict")."""
+
+    def __init__(self, agent_id: str, message_id: str) -> None:
+        super().__init__(
+            f"message id conflict: agent {agent_id!r} already has message {message_id!r:.80} with a different "
+            "text; the original is kept. Use a new message_id for a new message."
+        )
+        self.agent_id = agent_id
+        self.message_id = message_id
 
 
 def _check_storable(value: str, what: str) -> str:
@@ -117,7 +139,7 @@ class ConversationMessage(BaseModel):
     text: str = Field(description=f"the turn, verbatim; 1 to {MAX_TEXT_BYTES} UTF-8 bytes")
     occurred_at: datetime = Field(
         default_factory=lambda: datetime.now(UTC),
-        description="when it was said; naive values are taken as UTC",
+        description=f"when it was said: {TIME_RULE}; naive values are taken as UTC",
     )
     metadata: dict[str, Any] = Field(default_factory=dict)
 
@@ -147,9 +169,7 @@ class ConversationMessage(BaseModel):
     @field_validator("occurred_at")
     @classmethod
     def _aware(cls, value: datetime) -> datetime:
-        if value.tzinfo is None or value.utcoffset() is None:
-            return value.replace(tzinfo=UTC)
-        return value
+        return check_instant(value, "occurred_at")
 
     @field_validator("metadata")
     @classmethod
@@ -165,7 +185,8 @@ class ConversationMessage(BaseModel):
 
 
 class DeadLetter(BaseModel):
-    """Body of a dead-letter message (headers repeat ``reason``/``stage``/subject)."""
+    """Body of a dead-letter message (headers repeat ``reason``/``stage``/subject). Small
+    payloads are copied inline; larger ones are kept by reference (``by_reference``)."""
 
     reason: str
     stage: str = Field(description="validation | processing")
@@ -174,8 +195,19 @@ class DeadLetter(BaseModel):
     stream: str | None = None
     stream_seq: int | None = None
     deliveries: int | None = None
-    payload: str | None = Field(default=None, description="original payload if it is UTF-8")
-    payload_b64: str = Field(description="original payload bytes, base64")
+    payload: str | None = Field(default=None, description="original payload if it is UTF-8 (inline letters)")
+    payload_b64: str | None = Field(
+        default=None, description="original payload bytes, base64 (inline letters; absent when by_reference)"
+    )
+    by_reference: bool = Field(
+        default=False,
+        description="the payload was too large to copy: it stays in `stream` at `stream_seq` "
+        "(read it with a JetStream direct get); `payload_preview` shows its start",
+    )
+    payload_bytes: int | None = Field(default=None, description="size of the original payload")
+    payload_preview: str | None = Field(
+        default=None, description=f"first {DEADLETTER_PREVIEW_BYTES} bytes, decoded leniently (by_reference only)"
+    )
     headers: dict[str, str] = Field(default_factory=dict)
 
 

@@ -32,7 +32,8 @@ from engramdb.services.retrieve.models import RetrieveRequest, RetrieveResult
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SUBJECT = "engramdb.retrieve"
+DEFAULT_PREFIX = "engramdb"
+DEFAULT_SUBJECT = f"{DEFAULT_PREFIX}.retrieve"
 QUEUE_GROUP = "engramdb-retrieve"
 # Requests handled at once per process: 2x the read pool, so the pool stays busy while
 # replies are serialised and sent; more would only queue on the pool inside the process.
@@ -67,9 +68,11 @@ async def handle_request(
     try:
         payload = json.loads(raw) if isinstance(raw, bytes | str) else raw
         request = RetrieveRequest.model_validate(payload)
-    except ValueError as exc:  # JSON errors and ValidationError
+    except ValueError as exc:  # JSON errors (also bytes that are not UTF-8) and ValidationError
         text = _describe(exc) if isinstance(exc, ValidationError) else f"invalid JSON: {exc}"
         return _error("validation", text)
+    except RecursionError:
+        return _error("validation", "invalid JSON: nested too deeply")
     if subject_token is not None and agent_token(request.agent_id) != subject_token:
         return _error("forbidden", "this subject serves another agent's retrieve requests")
     try:
@@ -86,20 +89,43 @@ async def handle_request(
     return {"result": result.model_dump(mode="json")}
 
 
+async def reply_bytes(memory: Any, raw: bytes | str, subject_token: str | None = None) -> bytes:
+    """``handle_request``'s reply as JSON bytes, whatever happens: every request is answered
+    (a requester waiting for its timeout cannot tell a bad request from a dead service)."""
+    try:
+        reply = await handle_request(memory, raw, subject_token)
+    except BaseException as exc:  # noqa: BLE001 — even a bug here must produce a reply
+        if not isinstance(exc, Exception):
+            raise
+        log.exception("retrieve reply failed")
+        reply = _error("internal", f"{type(exc).__name__}: {exc}")
+    # ASCII-only JSON: a lone surrogate echoed in an error message cannot break the encoding
+    return json.dumps(reply, ensure_ascii=True, default=str).encode("ascii")
+
+
+def retrieve_subject(prefix: str = DEFAULT_PREFIX) -> str:
+    """``<prefix>.retrieve`` (``ENGRAMDB_SUBJECT_PREFIX``)."""
+    return f"{prefix}.retrieve"
+
+
 def register_retrieve(
     broker: NatsBroker, memory: Any, subject: str = DEFAULT_SUBJECT, *, in_flight: int = IN_FLIGHT
 ) -> Any:
     """Add the retrieve responder to an existing broker (e.g. next to the ingest consumer);
     ``in_flight``: requests handled concurrently by this process."""
 
-    @broker.subscriber(subject, queue=QUEUE_GROUP, max_workers=in_flight)
-    async def retrieve_responder(msg: NatsMessage) -> dict[str, Any]:
-        return await handle_request(memory, msg.body)
+    async def raw_decoder(msg: Any) -> Any:
+        """Never decode here: a payload FastStream cannot parse must still get a reply."""
+        return msg.body
 
-    @broker.subscriber(f"{subject}.*", queue=QUEUE_GROUP, max_workers=in_flight)
-    async def agent_retrieve_responder(msg: NatsMessage) -> dict[str, Any]:
+    @broker.subscriber(subject, queue=QUEUE_GROUP, max_workers=in_flight, decoder=raw_decoder)
+    async def retrieve_responder(msg: NatsMessage) -> bytes:
+        return await reply_bytes(memory, msg.body)
+
+    @broker.subscriber(f"{subject}.*", queue=QUEUE_GROUP, max_workers=in_flight, decoder=raw_decoder)
+    async def agent_retrieve_responder(msg: NatsMessage) -> bytes:
         token = msg.raw_message.subject.rsplit(".", 1)[-1]
-        return await handle_request(memory, msg.body, subject_token=token)
+        return await reply_bytes(memory, msg.body, subject_token=token)
 
     return retrieve_responder
 

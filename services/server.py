@@ -25,7 +25,7 @@ from engramdb.services.http_auth import allowed_hosts, check_bind, secure
 from engramdb.services.ingest import IngestThread, build_ingest_app
 from engramdb.services.memory import Memory
 from engramdb.services.nats_manage import register_manage
-from engramdb.services.nats_retrieve import create_retrieve_broker
+from engramdb.services.nats_retrieve import create_retrieve_broker, retrieve_subject
 
 ROLES = ("all", "ingest", "projector", "retrieve")
 log = logging.getLogger("engramdb.server")
@@ -44,7 +44,9 @@ def run_server(role: str = "all", settings: Settings | None = None) -> None:
         memory.nats_url = nats_url  # so /readyz checks the broker too
         ingest = None
         if role in ("all", "ingest") and nats_url is not None:
-            app, _broker = build_ingest_app(nats_url, memory.pipeline, metrics=memory.metrics)
+            app, _broker = build_ingest_app(
+                nats_url, memory.pipeline, metrics=memory.metrics, prefix=settings.subject_prefix
+            )
             ingest = IngestThread(app).start()
             log.info("ingest consuming %s.messages.> on %s", settings.subject_prefix, redact_url(nats_url))
         try:
@@ -58,12 +60,13 @@ def run_server(role: str = "all", settings: Settings | None = None) -> None:
 
 
 async def _serve_retrieve(memory: Memory, nats_url: str, settings: Settings) -> None:
-    broker = create_retrieve_broker(memory, nats_url)
-    register_manage(broker, memory)  # engramdb.manage.<op>, beside retrieve
+    subject = retrieve_subject(settings.subject_prefix)
+    broker = create_retrieve_broker(memory, nats_url, subject)
+    register_manage(broker, memory, f"{settings.subject_prefix}.manage")  # <prefix>.manage.<op>, beside retrieve
     await broker.start()
-    log.info("retrieve answering on NATS subject engramdb.retrieve")
+    log.info("retrieve answering on NATS subject %s", subject)
     app = secure(
-        create_app(memory),
+        create_app(memory, max_body_bytes=settings.http_max_body_bytes),
         _keyring(settings),
         allowed_hosts(settings.http_host, settings.http_allowed_hosts),
     )

@@ -52,7 +52,7 @@ from engramdb.infra.group_commit import GroupCommit
 from engramdb.services.app import MemoryApplication
 from engramdb.services.citations import recorded_citations
 from engramdb.services.entity_resolution import EntityResolver, ResolutionMemo
-from engramdb.services.messages import ConversationMessage
+from engramdb.services.messages import ConversationMessage, MessageIdConflict
 from engramdb.services.pre_retrieval import PreRetrieval, aggregate_context
 from engramdb.services.write_models import (
     DecisionOut,
@@ -107,7 +107,8 @@ class WritePipeline:
     def write(
         self, request: WriteRequest | dict[str, Any], *, recorded: MessageRecord | None = None
     ) -> WriteResult:
-        """Process one message; idempotent on (agent_id, message_id). Raises only on storage failure.
+        """Process one message; idempotent on (agent_id, message_id). Raises only on storage
+        failure, and ``MessageIdConflict`` when the id was recorded with a different text.
 
         ``recorded``: the message's record as just saved by ``record_many`` (stage 1 done).
         """
@@ -190,6 +191,8 @@ class WritePipeline:
         existing = self.app.message_record(request.agent_id, request.message_id)
         if existing is None:  # pragma: no cover — the conflict says it exists
             raise RuntimeError("message record conflicted but cannot be loaded")
+        if existing.text != request.text:
+            raise MessageIdConflict(request.agent_id, request.message_id)
         if existing.processed:
             raise _Duplicate
         return existing, True

@@ -36,6 +36,8 @@ def asyncapi_document(prefix: str = DEFAULT_PREFIX, nats_url: str = "nats://loca
         f"{prefix}.messages.<agent_token>; agent_token = first 16 chars of lower-case base32(sha256(agent_id)); "
         f"header Nats-Msg-Id = sha256(agent_id NUL message_id)[:40]; stream {messages_stream_name(prefix)} "
         f"(duplicate_window {DUPLICATE_WINDOW_SEC:g}s); dead letters on {deadletter_subject(prefix)} "
-        f"in stream {deadletter_stream_name(prefix)}"
+        f"in stream {deadletter_stream_name(prefix)}; the subject must be the payload agent_id's (else a dead "
+        f"letter); a message_id reused with another text is a dead letter (reason 'message id conflict'); "
+        f"retrieve (request/reply, core NATS) on {prefix}.retrieve; prefix = ENGRAMDB_SUBJECT_PREFIX"
     )
     return doc

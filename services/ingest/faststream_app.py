@@ -31,6 +31,30 @@ log = logging.getLogger(__package__)
 DEFAULT_DURABLE = "engramdb-ingest"
 
 
+class QuietFetchTimeouts(logging.Filter):
+    """Drop FastStream's report of an idle pull fetch timing out.
+
+    nats-py's ``fetch`` sometimes raises the builtin ``TimeoutError`` instead of its own
+    ``nats.errors.TimeoutError``, which FastStream's pull loop suppresses; FastStream's task
+    supervisor then logs a traceback and restarts the loop — on an idle consumer every ~20 s
+    (issue 10). The restart is what we want; the traceback is noise. Any other exception of
+    the loop is still logged.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith("callback for Task-") and message.endswith(" is being executed..."):
+            return False  # the supervisor's note that precedes every restart
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (isinstance(exc, TimeoutError) and "raised an exception, retrying" in message)
+
+
+def _quiet(logger: logging.Logger) -> logging.Logger:
+    if not any(isinstance(f, QuietFetchTimeouts) for f in logger.filters):
+        logger.addFilter(QuietFetchTimeouts())
+    return logger
+
+
 def build_ingest_app(
     nats_url: str,
     pipeline: WritePipeline | None = None,
@@ -58,7 +82,7 @@ def build_ingest_app(
     """
     if (pipeline is None) == (pipeline_factory is None):
         raise ValueError("give exactly one of pipeline / pipeline_factory")
-    broker = NatsBroker(nats_url, logger=logger or log, max_reconnect_attempts=-1)
+    broker = NatsBroker(nats_url, logger=_quiet(logger or log), max_reconnect_attempts=-1)
     service = IngestService(
         broker,
         pipeline,

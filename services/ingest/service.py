@@ -21,11 +21,15 @@ from nats.aio.msg import Msg
 from engramdb.domain.aggregate import MessageRecord
 from engramdb.services.ingest.turnstile import Turnstile
 from engramdb.services.messages import (
+    DEADLETTER_INLINE_MAX_BYTES,
+    DEADLETTER_PREVIEW_BYTES,
     DEFAULT_PREFIX,
     ConversationMessage,
     InvalidMessage,
+    MessageIdConflict,
     deadletter_stream_name,
     deadletter_subject,
+    message_subject,
     parse_message,
 )
 from engramdb.services.write import WritePipeline, WriteResult
@@ -36,6 +40,20 @@ log = logging.getLogger(__package__)
 
 def _header_safe(text: str, limit: int = 512) -> str:
     return " ".join(text.split())[:limit]
+
+
+def _inline_payload(data: bytes) -> dict[str, Any]:
+    try:
+        text: str | None = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    return {"payload": text, "payload_b64": base64.b64encode(data).decode("ascii"), "payload_bytes": len(data)}
+
+
+def _payload_reference(data: bytes) -> dict[str, Any]:
+    """The payload stays in its stream (``stream``/``stream_seq``); keep a short preview."""
+    preview = data[:DEADLETTER_PREVIEW_BYTES].decode("utf-8", "replace")
+    return {"payload": None, "payload_b64": None, "by_reference": True, "payload_preview": preview}
 
 
 @dataclass
@@ -94,6 +112,12 @@ class IngestService:
         try:
             try:
                 message = parse_message(raw.data)
+                expected = message_subject(message.agent_id, self.prefix)
+                if raw.subject != expected:
+                    raise InvalidMessage(
+                        f"subject {raw.subject!r} does not match agent_id {message.agent_id!r}: "
+                        f"publish this agent's messages on {expected!r}"
+                    )
             except InvalidMessage as exc:
                 message = None
                 reason = exc.reason
@@ -172,16 +196,21 @@ class IngestService:
             await self._nack(raw)
             return False
         failure: Exception | None = None
+        conflict: MessageIdConflict | None = None
         result: WriteResult | None = None
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._heartbeat, raw)
             try:
                 write = pipeline.write if recorded is None else functools.partial(pipeline.write, recorded=recorded)
                 result = await anyio.to_thread.run_sync(write, message, limiter=self.limiter)
+            except MessageIdConflict as exc:  # permanent: the original stays, this one is told
+                conflict = exc
             except Exception as exc:  # noqa: BLE001 — kept out of the task group's ExceptionGroup
                 failure = exc
             finally:
                 tg.cancel_scope.cancel()
+        if conflict is not None:
+            return await self._dead_letter_and_ack(raw, str(conflict), "validation", message.agent_id)
         if failure is not None or result is None:  # transient until proven otherwise
             reason = f"write pipeline failed: {type(failure).__name__}: {failure}"
             deliveries = self._deliveries(raw)
@@ -238,21 +267,12 @@ class IngestService:
         with contextlib.suppress(Exception):  # a core NATS message has no JetStream metadata
             meta = {"stream": raw.metadata.stream, "stream_seq": raw.metadata.sequence.stream,
                     "deliveries": raw.metadata.num_delivered}
-        text: str | None
-        try:
-            text = raw.data.decode("utf-8")
-        except UnicodeDecodeError:
-            text = None
-        body = {
-            "reason": reason,
-            "stage": stage,
-            "agent_id": agent_id,
-            "subject": raw.subject,
-            **meta,
-            "payload": text,
-            "payload_b64": base64.b64encode(raw.data).decode("ascii"),
-            "headers": dict(raw.headers or {}),
-        }
+        body = {"reason": reason, "stage": stage, "agent_id": agent_id, "subject": raw.subject, **meta,
+                **_inline_payload(raw.data), "headers": dict(raw.headers or {})}
+        encoded = json.dumps(body).encode("utf-8")
+        if len(encoded) > DEADLETTER_INLINE_MAX_BYTES and meta:  # too big to copy: refer to it
+            body.update(_payload_reference(raw.data))
+            encoded = json.dumps(body).encode("utf-8")
         headers = {
             "Engramdb-Dead-Reason": _header_safe(reason),
             "Engramdb-Dead-Stage": stage,
@@ -262,7 +282,7 @@ class IngestService:
             headers["Nats-Msg-Id"] = f"dlq-{meta['stream']}-{meta['stream_seq']}"
         try:
             await self.broker.publish(
-                json.dumps(body).encode("utf-8"),
+                encoded,
                 deadletter_subject(self.prefix),
                 headers=headers,
                 stream=deadletter_stream_name(self.prefix),

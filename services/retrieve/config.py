@@ -2,13 +2,16 @@
 
 Why a frozen pydantic model with ``extra="forbid"``: a misspelt override
 (``{"topk_fact": 5}``) must fail loudly, naming the key, instead of being silently ignored
-and leaving the caller wondering why nothing changed.
+and leaving the caller wondering why nothing changed. Every number is bounded, and NaN and
+infinities are refused, because overrides come from any HTTP/NATS caller: an unbounded
+``candidate_pool`` reached pgvector's ``hnsw.ef_search`` limit (1000) and turned a bad
+request into a 500 (issue 10).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -55,7 +58,7 @@ class UnknownConfigKey(ValueError):
 class RetrieveConfig(BaseModel):
     """Read-pipeline configuration. Defaults are SPEC §3's unless marked *(engramdb)*."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     # result sizes
     topk_facts: int = Field(default=20, ge=0, le=500)
@@ -89,20 +92,20 @@ class RetrieveConfig(BaseModel):
     rrf_weights: dict[str, float] = Field(
         default_factory=lambda: dict(DEFAULT_RRF_WEIGHTS), description="(engramdb) per ranked list"
     )
-    recency_half_life_days: float = Field(default=14.0, gt=0.0)
-    confidence_half_life_days: float = Field(default=180.0, gt=0.0, description="(engramdb)")
+    recency_half_life_days: float = Field(default=14.0, gt=0.0, le=36_500.0)
+    confidence_half_life_days: float = Field(default=180.0, gt=0.0, le=36_500.0, description="(engramdb)")
     confidence_decay_floor: float = Field(default=0.80, ge=0.0, le=1.0, description="(engramdb) confidence never decays below this share"
     )
     pattern_boost_max: float = Field(default=0.10, ge=0.0, le=1.0)
     # candidate generation (engramdb)
-    candidate_pool: int = Field(default=60, ge=1, le=2000, description="(engramdb) per-signal limit")
+    candidate_pool: int = Field(default=60, ge=1, le=1000, description="(engramdb) per-signal limit")
     hnsw_ef_search: int = Field(default=100, ge=1, le=1000, description="(engramdb)")
     max_query_chars: int = Field(default=2000, ge=16, le=100_000, description="(engramdb)")
     keyword_max_words: int = Field(default=5, ge=0, le=20)
     keyword_min_word_len: int = Field(default=3, ge=1, le=20, description="words longer than 2 chars")
     # graph signal
     graph_hops: int = Field(default=2, ge=0, le=4)
-    graph_hop_decay: list[float] = Field(default_factory=lambda: [1.0, 1.0, 0.5, 0.25, 0.125])
+    graph_hop_decay: list[Annotated[float, Field(ge=0.0, le=1.0)]] = Field(default_factory=lambda: [1.0, 1.0, 0.5, 0.25, 0.125], max_length=16)
     graph_query_bonus: float = Field(default=1.5, ge=1.0, le=5.0)
     graph_facts_per_entity: int = Field(default=20, ge=1, le=500, description="(engramdb)")
     graph_neighbours_per_entity: int = Field(default=5, ge=1, le=500, description="(engramdb)")

@@ -8,9 +8,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from engramdb.domain.agent_id import AGENT_ID_MAX_CHARS, AGENT_ID_PATTERN, AGENT_ID_RULE
+from engramdb.domain.time_range import TIME_RULE, check_instant
 from engramdb.services.retrieve.config import RetrieveConfig, UnknownConfigKey
 
 Strategy = Literal["multi_signal", "skip"]
@@ -79,9 +80,18 @@ class RetrieveRequest(BaseModel):
         min_length=1, max_length=AGENT_ID_MAX_CHARS, pattern=AGENT_ID_PATTERN, description=f"the tenant: {AGENT_ID_RULE}"
     )
     query: str = Field(max_length=200_000, description="the question; truncated to max_query_chars")
-    as_of: datetime | None = Field(default=None, description="bi-temporal: what memory knew and held true at this time")
-    wait_for: int | None = Field(default=None, ge=0, description="log position to wait for (read-your-writes)")
+    as_of: datetime | None = Field(
+        default=None, description=f"bi-temporal: what memory knew and held true at this time; {TIME_RULE}"
+    )
+    wait_for: int | None = Field(
+        default=None, ge=0, le=2**63 - 1, description="log position to wait for (read-your-writes): a write's position"
+    )
     config_overrides: dict[str, Any] | None = Field(default=None, description="RetrieveConfig fields for this call")
+
+    @field_validator("as_of")
+    @classmethod
+    def _as_of_in_range(cls, value: datetime | None) -> datetime | None:
+        return None if value is None else check_instant(value, "as_of")
 
     def send_to(self, memory: Any) -> RetrieveResult:
         """Run this request on anything with ``Memory.retrieve``'s signature (HTTP, NATS)."""

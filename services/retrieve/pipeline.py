@@ -26,6 +26,7 @@ from typing import Any
 
 from engramdb.domain.agent_id import check_agent_id
 from engramdb.domain.ports import EmbeddingProvider, LLMProvider
+from engramdb.domain.time_range import check_instant
 from engramdb.infra.pgsql import vector_literal
 from engramdb.services.retrieve import enhance, signals
 from engramdb.services.retrieve.config import RetrieveConfig
@@ -65,7 +66,7 @@ WaitForPosition = Callable[..., Any]
 def _utc(value: datetime | None) -> datetime | None:
     if value is None:
         return None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return check_instant(value, "as_of").astimezone(UTC)  # in range first: no OverflowError
 
 
 # Agents with at most this many facts (messages) get an exact nearest-neighbour search: the

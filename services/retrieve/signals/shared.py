@@ -63,6 +63,9 @@ def similarity_threshold(cfg: RetrieveConfig, floor: float) -> float:
     return floor + cfg.min_similarity * (1.0 - floor)
 
 
+HNSW_EF_SEARCH_MAX = 1000  # pgvector's upper bound for hnsw.ef_search
+
+
 def set_hnsw(conn: Any, ef_search: int) -> None:
     # set_config(..., true) is SET LOCAL: it ends with this transaction, never leaks into the
     # pooled connection. relaxed_order lets the per-agent filter not starve the HNSW scan.
@@ -73,7 +76,7 @@ def set_hnsw(conn: Any, ef_search: int) -> None:
     conn.execute(
         "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true),"
         " set_config('max_parallel_workers_per_gather', '0', true), set_config('plan_cache_mode', 'force_custom_plan', true)",
-        (str(ef_search),),
+        (str(max(1, min(ef_search, HNSW_EF_SEARCH_MAX))),),
     )
 
 
