@@ -47,7 +47,8 @@ def _inline_payload(data: bytes) -> dict[str, Any]:
         text: str | None = data.decode("utf-8")
     except UnicodeDecodeError:
         text = None
-    return {"payload": text, "payload_b64": base64.b64encode(data).decode("ascii"), "payload_bytes": len(data)}
+    return {"payload": text, "payload_b64": base64.b64encode(data).decode("ascii"), "payload_bytes": len(data),
+            "by_reference": False}
 
 
 def _payload_reference(data: bytes) -> dict[str, Any]:
