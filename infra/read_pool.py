@@ -24,6 +24,7 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
+from engramdb.infra.pg_time import register_clamping_loaders
 from engramdb.infra.pgsql import search_path_option
 
 # Retrieve requests' main stages, pre-retrieval (one per write in flight) and the health check.
@@ -60,6 +61,7 @@ def open_read_pool(
         timeout=timeout,
         name=name,
         check=sweeper.check,
+        configure=register_clamping_loaders,  # out-of-range stored times never break a read
     )
     sweeper.pool = pool
     pool.open()

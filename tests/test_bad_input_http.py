@@ -132,3 +132,21 @@ async def test_reused_message_id_with_other_text_is_409(client: httpx.AsyncClien
     assert other.json()["detail"][0]["loc"] == ["body", "message_id"] and "conflict" in other.text
     r = await client.get(f"/v1/agents/{agent_id}/facts")
     assert "Recife" in r.text and "Porto" not in r.text  # the original stays
+
+
+def test_an_agent_poisoned_before_the_window_stays_readable(fresh_schema, agent_id: str) -> None:  # type: ignore[no-untyped-def]
+    """A year-10000 message stored by an older release (bypassing today's edge check):
+    retrieve reads it as the window's edge instead of failing on every call."""
+    from datetime import timedelta, timezone
+
+    from engramdb.domain.time_range import LATEST
+    from engramdb.services.messages import ConversationMessage
+
+    _schema, env = fresh_schema("poisoned")
+    with Memory.open(env=env, embedder=HashEmbedder(384), llm=None, quiet=True) as memory:
+        when = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone(timedelta(hours=-14)))
+        old = ConversationMessage.model_construct(agent_id=agent_id, message_id="old-1", text="I live in Recife.",
+                                                  speaker="Ana", session_id=None, occurred_at=when, metadata={})
+        written = memory.pipeline.write(old)
+        result = memory.retrieve(agent_id, "Where does Ana live? Recife", wait_for=written.position)
+        assert [e.occurred_at for e in result.events] in ([], [LATEST]) and "Recife" in result.context
