@@ -16,6 +16,7 @@ from typing import Annotated
 
 import typer
 
+from engramdb.domain.time_range import check_instant
 from engramdb.services.cli_manage import register as register_manage_commands
 from engramdb.services.cli_security import keys_app, nats_user_app
 
@@ -39,7 +40,10 @@ def _parse_time(value: str | None) -> datetime | None:
         raise typer.BadParameter(
             f"{value!r} is not an ISO-8601 time; try 2026-03-28 or 2026-03-28T14:00:00+00:00"
         ) from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    try:
+        return check_instant(parsed, "--as-of")
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 def _open_memory(**kwargs: object):  # noqa: ANN202 - the facade type is imported lazily

@@ -125,6 +125,8 @@ def create_app(
                 if "agent_id" in str(exc)
                 else "wait_for"
                 if "wait_for" in str(exc)
+                else "as_of"
+                if str(exc).startswith("as_of")
                 else "query"
             )
             return _unprocessable(["body", field], str(exc))
