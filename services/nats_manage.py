@@ -101,6 +101,8 @@ async def handle_manage(memory: Any, op: str, raw: bytes | str) -> dict[str, Any
         return _error("validation", _describe(exc))
     except ValueError as exc:
         return _error("validation", f"invalid JSON: {exc}")
+    except RecursionError:
+        return _error("validation", "invalid JSON: nested too deeply")
     try:
         result = await anyio.to_thread.run_sync(lambda: call(memory, request))
     except NotFoundError as exc:
@@ -118,10 +120,20 @@ async def handle_manage(memory: Any, op: str, raw: bytes | str) -> dict[str, Any
 def register_manage(broker: NatsBroker, memory: Any, prefix: str = SUBJECT_PREFIX) -> Any:
     """Add the management responder (``<prefix>.*``) to an existing broker."""
 
-    @broker.subscriber(f"{prefix}.*", queue=QUEUE_GROUP)
-    async def manage_responder(msg: NatsMessage) -> dict[str, Any]:
+    async def raw_decoder(msg: Any) -> Any:
+        """Never decode here: a payload FastStream cannot parse must still get a reply."""
+        return msg.body
+
+    @broker.subscriber(f"{prefix}.*", queue=QUEUE_GROUP, decoder=raw_decoder)
+    async def manage_responder(msg: NatsMessage) -> bytes:
         op = msg.raw_message.subject.rsplit(".", 1)[-1]
-        return await handle_manage(memory, op, msg.body)
+        try:
+            reply = await handle_manage(memory, op, msg.body)
+        except Exception as exc:  # noqa: BLE001 — even a bug here must produce a reply
+            log.exception("manage reply failed")
+            reply = _error("internal", f"{type(exc).__name__}: {exc}")
+        # ASCII-only JSON (ADR-0012): nothing echoed can break the encoding
+        return json.dumps(reply, ensure_ascii=True, default=str).encode("ascii")
 
     return manage_responder
 

@@ -61,6 +61,8 @@ def test_serve_honours_the_subject_prefix(pg_url: str, nats_url: str, fresh_sche
                 break
             time.sleep(0.3)
         assert "Ana lives in Recife" in json.dumps(reply), reply
+        listed = run_async(_ask(nats_url, f"{prefix}.manage.list_facts", {"agent_id": agent_id}))
+        assert "Ana lives in Recife" in json.dumps(listed), listed
         big = httpx.post(f"http://127.0.0.1:{port}/v1/retrieve", json={"agent_id": agent_id, "query": "x" * 5000})
         assert big.status_code == 413, big.text
     finally:

@@ -1,7 +1,7 @@
 """Property-based fuzz of the NATS surfaces (hypothesis): random bytes, random JSON and
 message-shaped JSON with random field values, sent to the ingest subject and to
-``<prefix>.retrieve`` on a real NATS JetStream and PostgreSQL (``Memory`` with the offline
-extractor). Every retrieve request must get a JSON reply; every ingest message must be either
+``<prefix>.retrieve`` and ``<prefix>.manage.<op>`` on a real NATS JetStream and PostgreSQL (``Memory`` with the offline
+extractor). Every retrieve and manage request must get a JSON reply; every ingest message must be either
 processed or dead-lettered — never lost, never a hang (issue 10, item 4). Deterministic for CI:
 the examples are drawn once, derandomized, then sent."""
 
@@ -21,6 +21,7 @@ from test_ingest import Collector, start_ingest
 from engramdb.infra.providers.scripted import HashEmbedder
 from engramdb.services.memory import Memory
 from engramdb.services.messages import deadletter_stream_name, message_subject, messages_stream_name
+from engramdb.services.nats_manage import register_manage
 from engramdb.services.nats_retrieve import create_retrieve_broker, retrieve_subject
 
 EXAMPLES = 150
@@ -93,6 +94,9 @@ async def _exercise(nats_url: str, prefix: str, examples: list[bytes]) -> tuple[
     nc = await nats.connect(nats_url)
     try:
         replies = [json.loads((await nc.request(retrieve_subject(prefix), p, timeout=10)).data) for p in examples]
+        ops = ["list_facts", "get_fact", "list_messages", "nope"]
+        replies += [json.loads((await nc.request(f"{prefix}.manage.{ops[i % len(ops)]}", p, timeout=10)).data)
+                    for i, p in enumerate(examples)]
         js = nc.jetstream()
         for p in examples:
             await js.publish(message_subject(AGENT, prefix), p, stream=messages_stream_name(prefix))
@@ -122,6 +126,7 @@ def test_every_nats_payload_is_answered_or_settled(fresh_schema: Any, nats_url: 
 
         async def serve_and_send() -> tuple[list[dict[str, Any]], int]:
             broker = create_retrieve_broker(memory, nats_url, retrieve_subject(prefix))
+            register_manage(broker, memory, f"{prefix}.manage")
             await broker.start()
             try:
                 return await _exercise(nats_url, prefix, examples)
