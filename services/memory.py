@@ -235,14 +235,16 @@ class Memory(ManageMixin):
         """Block until the read models include the event at ``position`` (default: all so far).
         A position beyond the end of the log is a ``ValueError`` naming ``wait_for`` at once
         (it could only time out: no write returned it)."""
-        head = self.app.recorder.max_notification_id() or 0
+        head = self.app.recorder.max_notification_id()  # None: the log is empty
         if position is None:
             position = head
-        elif position > head:
+        elif position > (head or 0):
             raise ValueError(
                 f"wait_for {position} is beyond the end of the log (position {head}): "
                 "pass the position a write returned"
             )
+        if position is None or position <= 0:  # an empty log: nothing to wait for
+            return
         if self.projections.running:
             self.projections.wait(position, timeout)
         else:

@@ -150,3 +150,16 @@ def test_an_agent_poisoned_before_the_window_stays_readable(fresh_schema, agent_
         written = memory.pipeline.write(old)
         result = memory.retrieve(agent_id, "Where does Ana live? Recife", wait_for=written.position)
         assert [e.occurred_at for e in result.events] in ([], [LATEST]) and "Recife" in result.context
+
+
+def test_wait_for_zero_on_an_empty_log_returns_at_once(fresh_schema, agent_id: str) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    _schema, env = fresh_schema("emptylog")
+    with Memory.open(env=env, embedder=HashEmbedder(384), llm=None, quiet=True) as memory:
+        started = time.monotonic()
+        assert memory.retrieve(agent_id, "anything", wait_for=0).facts == []
+        memory.wait_for_projections()
+        assert time.monotonic() - started < 5
+        with pytest.raises(ValueError, match="beyond the end of the log"):
+            memory.retrieve(agent_id, "anything", wait_for=1)
