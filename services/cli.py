@@ -1,8 +1,11 @@
 """The ``engramdb`` command line: demo, serve, publish, retrieve, rebuild, history, facts, status,
-bench.
+mcp, bench.
 
 Every command opens the same ``Memory`` facade the Python API uses, on the embedded default
-unless ``ENGRAMDB_DATABASE_URL`` / ``ENGRAMDB_NATS_URL`` are set.
+unless ``ENGRAMDB_DATABASE_URL`` / ``ENGRAMDB_NATS_URL`` are set. For scripts: read commands
+take ``--json``; a user's mistake is one ``error: ...`` line on stderr and exit code 2
+(``services/user_errors.py``). The offline-extractor notice is printed only by commands that
+extract (write, demo, serve, mcp), not by reads.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import typer
 from engramdb.domain.time_range import check_instant
 from engramdb.services.cli_manage import register as register_manage_commands
 from engramdb.services.cli_security import keys_app, nats_user_app
+from engramdb.services.user_errors import cli_user_errors
 
 app = typer.Typer(
     add_completion=False,
@@ -29,6 +33,27 @@ bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (see bench/ and d
 app.add_typer(bench_app, name="bench")
 app.add_typer(keys_app, name="keys")
 app.add_typer(nats_user_app, name="nats-user")
+Json = Annotated[bool, typer.Option("--json", help="print one JSON document")]
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"engramdb {version('engramdb')}")
+        except PackageNotFoundError:  # a source checkout that was never installed
+            typer.echo("engramdb (not installed: run `pip install -e .`)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    _version_flag: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="print the version")
+    ] = False,
+) -> None:
+    """engramdb — event-sourced long-term memory for LLM agents."""
 
 
 def _parse_time(value: str | None) -> datetime | None:
@@ -37,7 +62,7 @@ def _parse_time(value: str | None) -> datetime | None:
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
-        raise typer.BadParameter(
+        raise ValueError(
             f"{value!r} is not an ISO-8601 time; try 2026-03-28 or 2026-03-28T14:00:00+00:00"
         ) from None
     try:
@@ -47,9 +72,16 @@ def _parse_time(value: str | None) -> datetime | None:
 
 
 def _open_memory(**kwargs: object):  # noqa: ANN202 - the facade type is imported lazily
+    """For read commands: quiet (no offline-extractor notice: nothing is extracted)."""
     from engramdb.services.memory import Memory
 
-    return Memory.open(**kwargs)  # type: ignore[arg-type]
+    return Memory.open(quiet=True, **kwargs)  # type: ignore[arg-type]
+
+
+def _check_agent(agent: str) -> None:
+    from engramdb.domain.agent_id import check_agent_id
+
+    check_agent_id(agent)
 
 
 @app.command()
@@ -95,10 +127,17 @@ def retrieve(
     as_of: Annotated[str | None, typer.Option("--as-of", help="ISO time: memory as it was")] = None,
     show_facts: Annotated[bool, typer.Option("--facts", help="print scored facts")] = False,
     show_trace: Annotated[bool, typer.Option("--trace", help="print the stage trace")] = False,
+    as_json: Json = False,
 ) -> None:
     """Print the context string for a query (and, with flags, the scored facts and trace)."""
-    with _open_memory() as memory:
-        result = memory.retrieve(agent, query, as_of=_parse_time(as_of))
+    with cli_user_errors():
+        _check_agent(agent)
+        moment = _parse_time(as_of)
+        with _open_memory() as memory:
+            result = memory.retrieve(agent, query, as_of=moment)
+    if as_json:
+        typer.echo(result.model_dump_json(exclude=None if show_trace else {"trace"}))
+        return
     typer.echo(result.context or "(no relevant memory)")
     if show_facts:
         for fact in result.facts:
@@ -110,21 +149,34 @@ def retrieve(
 @app.command()
 def rebuild(
     projection: Annotated[str | None, typer.Option(help="one read model, e.g. memory (default: all)")] = None,
+    as_json: Json = False,
 ) -> None:
-    """Drop and rebuild read models from the event log."""
-    with _open_memory(start_projectors=False) as memory:
-        report = memory.rebuild(projection=projection, progress=True)
-    typer.echo(report.model_dump_json(indent=2) if hasattr(report, "model_dump_json") else str(report))
+    """Drop and rebuild read models from the event log (the report is JSON either way;
+    ``--json`` prints it on one line and no progress bar)."""
+    from engramdb.projections.read_models import select
+
+    with cli_user_errors():
+        select(projection)  # an unknown name fails before anything is opened or stopped
+        with _open_memory(start_projectors=False) as memory:
+            report = memory.rebuild(projection=projection, progress=not as_json)
+    typer.echo(report.model_dump_json(indent=None if as_json else 2))
 
 
 @app.command()
 def history(
     agent: Annotated[str, typer.Option("--agent")],
     fact: Annotated[str | None, typer.Option("--fact", help="a fact id")] = None,
+    as_json: Json = False,
 ) -> None:
-    """The timeline of a fact (or of every decision of an agent), read from the log."""
-    with _open_memory(start_projectors=False) as memory:
-        entries = memory.history(agent, fact)
+    """The timeline of a fact (or of every decision of an agent), read from the log: one JSON
+    object a line (``--json``: one JSON array)."""
+    with cli_user_errors():
+        _check_agent(agent)
+        with _open_memory(start_projectors=False) as memory:
+            entries = memory.history(agent, fact)
+    if as_json:
+        typer.echo("[" + ",".join(e.model_dump_json() for e in entries) + "]")
+        return
     for entry in entries:
         typer.echo(entry.model_dump_json())
 
@@ -133,11 +185,18 @@ def history(
 def facts(
     agent: Annotated[str, typer.Option("--agent")],
     as_of: Annotated[str | None, typer.Option("--as-of", help="ISO time (default: now)")] = None,
+    as_json: Json = False,
 ) -> None:
-    """What memory held at a moment, replayed from the log."""
-    moment = _parse_time(as_of) or datetime.now(UTC)
-    with _open_memory(start_projectors=False) as memory:
-        rows = memory.facts_as_of(agent, moment)
+    """What memory held at a moment, replayed from the log: one JSON object a line
+    (``--json``: one JSON array)."""
+    with cli_user_errors():
+        _check_agent(agent)
+        moment = _parse_time(as_of) or datetime.now(UTC)
+        with _open_memory(start_projectors=False) as memory:
+            rows = memory.facts_as_of(agent, moment)
+    if as_json:
+        typer.echo("[" + ",".join(r.model_dump_json() for r in rows) + "]")
+        return
     for row in rows:
         typer.echo(row.model_dump_json())
 
@@ -158,6 +217,32 @@ def status(
     report = deployment_status(load_settings(), max_lag)
     typer.echo(report.model_dump_json(indent=2) if as_json else format_report(report))
     raise typer.Exit(0 if report.ok else 1)
+
+
+@app.command()
+def mcp(
+    transport: Annotated[str, typer.Option(help="stdio (for a local client) | http")] = "stdio",
+    host: Annotated[str | None, typer.Option(help="http: bind address (default ENGRAMDB_HTTP_HOST)")] = None,
+    port: Annotated[int, typer.Option(help="http: port")] = 8788,
+) -> None:
+    """Serve memory as MCP tools (write, retrieve, list_facts, get_fact, delete_fact, history):
+    on stdio for a local client, or streamable HTTP at http://HOST:PORT/mcp (API keys as
+    for the HTTP API; a non-loopback bind needs them)."""
+    from engramdb.infra.settings import load_settings
+    from engramdb.services.mcp_http import run_mcp
+
+    if transport not in ("stdio", "http"):
+        typer.echo(f"error: unknown transport {transport!r}; use stdio or http", err=True)
+        raise typer.Exit(2)
+    settings = load_settings()
+    try:
+        with cli_user_errors():
+            run_mcp(settings, transport, host or settings.http_host, port)
+    except SystemExit as exc:  # check_bind's refusal: a configuration mistake
+        if not isinstance(exc.code, str):
+            raise
+        typer.echo(f"error: {exc.code}", err=True)
+        raise typer.Exit(2) from None
 
 
 @bench_app.command(

@@ -18,6 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from engramdb.domain.agent_id import check_agent_id
+from engramdb.services.user_errors import cli_user_errors, one_line
 
 Agent = Annotated[str, typer.Option("--agent", help="agent id")]
 Json = Annotated[bool, typer.Option("--json", help="print one JSON document")]
@@ -26,34 +27,8 @@ Cursor = Annotated[str | None, typer.Option("--cursor", help="next_cursor of the
 Actor = Annotated[str | None, typer.Option("--actor", help="who asks (default: cli)")]
 
 
-@contextmanager
-def _user_errors() -> Iterator[None]:
-    import psycopg
-
-    try:
-        yield
-    except (ValueError, LookupError) as exc:  # includes pydantic's ValidationError
-        typer.echo(f"error: {_one_line(exc)}", err=True)
-        raise typer.Exit(2) from None
-    except psycopg.OperationalError as exc:
-        typer.echo(
-            f"error: cannot reach the database ({_one_line(exc)}); "
-            "check ENGRAMDB_DATABASE_URL or unset it for the embedded default",
-            err=True,
-        )
-        raise typer.Exit(2) from None
-
-
-def _one_line(exc: BaseException) -> str:
-    from pydantic import ValidationError
-
-    if isinstance(exc, ValidationError):
-        return "; ".join(
-            f"{'.'.join(str(x) for x in e['loc']) or 'input'}: {e['msg']}"
-            for e in exc.errors(include_url=False, include_input=False)
-        )
-    text = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-    return " ".join(str(text).split())
+_user_errors = cli_user_errors  # the names other modules import
+_one_line = one_line
 
 
 def _time(value: str | None, option: str) -> datetime | None:

@@ -1,0 +1,46 @@
+"""A user's mistake as one line: what the CLI prints (``error: ...`` on stderr, exit code 2)
+and what an MCP tool answers — never a traceback.
+
+Mistakes are ``ValueError``/``LookupError`` (pydantic's ``ValidationError`` included: bad
+agent id, unknown fact, bad cursor or time, unknown projection) and an unreachable database
+(``psycopg.OperationalError``, e.g. ``ENGRAMDB_DATABASE_URL`` pointing at a closed port).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import typer
+
+
+def one_line(exc: BaseException) -> str:
+    """The exception's message on one line (pydantic errors as ``field: message; ...``)."""
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):
+        return "; ".join(
+            f"{'.'.join(str(x) for x in e['loc']) or 'input'}: {e['msg']}"
+            for e in exc.errors(include_url=False, include_input=False)
+        )
+    text = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+    return " ".join(str(text).split())
+
+
+@contextmanager
+def cli_user_errors() -> Iterator[None]:
+    """Turn a user's mistake inside the block into ``error: ...`` on stderr and exit 2."""
+    import psycopg
+
+    try:
+        yield
+    except (ValueError, LookupError) as exc:
+        typer.echo(f"error: {one_line(exc)}", err=True)
+        raise typer.Exit(2) from None
+    except psycopg.OperationalError as exc:
+        typer.echo(
+            f"error: cannot reach the database ({one_line(exc)}); "
+            "check ENGRAMDB_DATABASE_URL or unset it for the embedded default",
+            err=True,
+        )
+        raise typer.Exit(2) from None
