@@ -89,7 +89,8 @@ def demo() -> None:
     """Record a small conversation, show events, read models, a rebuild, history and retrieval."""
     from engramdb.services.demo import run_demo
 
-    run_demo()
+    with cli_user_errors(mistakes=()):
+        run_demo()
 
 
 @app.command()
@@ -99,7 +100,8 @@ def serve(
     """Run the services: NATS ingest, projectors, NATS request/reply retrieve and the HTTP API."""
     from engramdb.services.server import run_server
 
-    run_server(role=role)
+    with cli_user_errors(mistakes=()):
+        run_server(role=role)
 
 
 @app.command()
@@ -111,13 +113,28 @@ def publish(
     session: Annotated[str | None, typer.Option("--session")] = None,
 ) -> None:
     """Publish one conversation message onto NATS (JetStream); prints its message id."""
+    from nats.errors import NoServersError
+
     from engramdb.infra.database import resolve_nats
     from engramdb.infra.settings import load_settings
     from engramdb.services.publisher import publish_cli
 
     settings = load_settings()
     nats_url = resolve_nats(settings)
-    typer.echo(publish_cli(nats_url, agent, text, message_id, speaker, session, prefix=settings.subject_prefix))
+    with cli_user_errors():
+        try:
+            report = publish_cli(
+                nats_url, agent, text, message_id, speaker, session,
+                prefix=settings.subject_prefix,
+            )
+        except (OSError, NoServersError, RuntimeError) as exc:
+            typer.echo(
+                f"error: cannot publish to NATS at {nats_url} ({exc or type(exc).__name__}); "
+                "check ENGRAMDB_NATS_URL or unset it for the embedded default",
+                err=True,
+            )
+            raise typer.Exit(2) from None
+    typer.echo(report)
 
 
 @app.command()
@@ -235,14 +252,8 @@ def mcp(
         typer.echo(f"error: unknown transport {transport!r}; use stdio or http", err=True)
         raise typer.Exit(2)
     settings = load_settings()
-    try:
-        with cli_user_errors():
-            run_mcp(settings, transport, host or settings.http_host, port)
-    except SystemExit as exc:  # check_bind's refusal: a configuration mistake
-        if not isinstance(exc.code, str):
-            raise
-        typer.echo(f"error: {exc.code}", err=True)
-        raise typer.Exit(2) from None
+    with cli_user_errors():
+        run_mcp(settings, transport, host or settings.http_host, port)
 
 
 @bench_app.command(

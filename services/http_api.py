@@ -29,6 +29,7 @@ from engramdb.services.http_guard import (
     install_input_guards,
     json_safe,
 )
+from engramdb.services.http_docs import add_offline_docs
 from engramdb.services.http_manage import forbid_unknown_query
 from engramdb.services.http_manage import router as manage_router
 from engramdb.services.messages import ConversationMessage, MessageIdConflict
@@ -95,7 +96,10 @@ def create_app(
         description="Event-sourced long-term memory for LLM agents: write conversation turns, "
         "retrieve scored facts and a prompt-ready context, audit how a memory came to be.",
         dependencies=[Depends(forbid_unknown_query)],
+        docs_url=None,  # add_offline_docs serves /docs and /redoc without a CDN
+        redoc_url=None,
     )
+    add_offline_docs(app)
     app.state.memory = memory
     install_input_guards(app, max_body_bytes)
 

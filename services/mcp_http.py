@@ -85,7 +85,10 @@ def run_mcp(settings: Settings, transport: str, host: str, port: int) -> None:
     from engramdb.services.memory import Memory
 
     if transport == "stdio":
-        build_server(open_memory=Memory.open).run("stdio")
+        try:
+            build_server(open_memory=Memory.open).run("stdio")
+        except BaseExceptionGroup as group:  # the lifespan failed inside the SDK's task group
+            raise _first_leaf(group) from None
         return
     ring = load_keyring(settings.api_keys, settings.data_dir)  # ApiKeyConfigError: a ValueError
     check_bind(host, ring)
@@ -97,3 +100,10 @@ def run_mcp(settings: Settings, transport: str, host: str, port: int) -> None:
         app = http_app(server, host, ring, settings.http_allowed_hosts)
         config = uvicorn.Config(app, host=host, port=port, log_level="warning")
         anyio.run(uvicorn.Server(config).serve)
+
+
+def _first_leaf(group: BaseExceptionGroup) -> BaseException:
+    """The first real exception in a (nested) group, so the CLI can report e.g. an
+    unreachable database in one line instead of a task-group traceback."""
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first

@@ -54,12 +54,16 @@ class MessagePublisher:
         timeout: float = 5.0,
         *,
         inbox_prefix: str | None = None,
+        one_shot: bool = False,
     ) -> None:
-        """``inbox_prefix``: ``_INBOX_<user>`` for a publisher identity (ADR-0011)."""
+        """``inbox_prefix``: ``_INBOX_<user>`` for a publisher identity (ADR-0011);
+        ``one_shot``: fail at once (``NoServersError``) when NATS is unreachable, silently,
+        instead of reconnecting forever — for the CLI, which publishes once and exits."""
         self.nats_url = nats_url
         self.prefix = prefix
         self.timeout = timeout
         self.inbox_prefix = inbox_prefix
+        self.one_shot = one_shot
         self._nc: Any = None
         self._js: Any = None
 
@@ -67,9 +71,11 @@ class MessagePublisher:
         # reconnect forever: a long-lived publisher must outlive a NATS restart (publishes
         # during the outage fail after ``timeout``; the connection itself comes back)
         extra: dict[str, Any] = {"inbox_prefix": self.inbox_prefix} if self.inbox_prefix else {}
-        self._nc = await nats.connect(
-            self.nats_url, connect_timeout=self.timeout, max_reconnect_attempts=-1, **extra
-        )
+        if self.one_shot:
+            extra.update(max_reconnect_attempts=1, reconnect_time_wait=0.2, error_cb=_quiet)
+        else:
+            extra.update(max_reconnect_attempts=-1)
+        self._nc = await nats.connect(self.nats_url, connect_timeout=self.timeout, **extra)
         self._js = self._nc.jetstream(timeout=self.timeout)
         try:
             await ensure_stream(self._js, messages_stream_config(self.prefix))
@@ -117,10 +123,14 @@ class MessagePublisher:
         return list(await asyncio.gather(*futures))
 
 
+async def _quiet(_exc: Exception) -> None:
+    """nats-py's error callback; a one-shot publisher reports the failure itself."""
+
+
 async def publish_message_async(
     nats_url: str, message: ConversationMessage, timeout: float = 5.0, prefix: str = DEFAULT_PREFIX
 ) -> PubAck:
-    async with MessagePublisher(nats_url, prefix, timeout) as publisher:
+    async with MessagePublisher(nats_url, prefix, timeout, one_shot=True) as publisher:
         return await publisher.publish(message)
 
 

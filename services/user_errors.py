@@ -3,7 +3,9 @@ and what an MCP tool answers — never a traceback.
 
 Mistakes are ``ValueError``/``LookupError`` (pydantic's ``ValidationError`` included: bad
 agent id, unknown fact, bad cursor or time, unknown projection) and an unreachable database
-(``psycopg.OperationalError``, e.g. ``ENGRAMDB_DATABASE_URL`` pointing at a closed port).
+(``psycopg.OperationalError``, e.g. ``ENGRAMDB_DATABASE_URL`` pointing at a closed port);
+a ``SystemExit`` carrying a message (how services refuse a bad configuration) also becomes
+one ``error:`` line and exit code 2.
 """
 
 from __future__ import annotations
@@ -27,15 +29,26 @@ def one_line(exc: BaseException) -> str:
     return " ".join(str(text).split())
 
 
+_MISTAKES: tuple[type[Exception], ...] = (ValueError, LookupError)
+
+
 @contextmanager
-def cli_user_errors() -> Iterator[None]:
-    """Turn a user's mistake inside the block into ``error: ...`` on stderr and exit 2."""
+def cli_user_errors(mistakes: tuple[type[Exception], ...] = _MISTAKES) -> Iterator[None]:
+    """Turn a user's mistake inside the block into ``error: ...`` on stderr and exit 2.
+
+    ``mistakes=()`` for long-running commands (serve, demo): there a ``ValueError`` from deep
+    inside is more likely a bug, whose traceback must not be reduced to one line."""
     import psycopg
 
     try:
         yield
-    except (ValueError, LookupError) as exc:
+    except mistakes as exc:
         typer.echo(f"error: {one_line(exc)}", err=True)
+        raise typer.Exit(2) from None
+    except SystemExit as exc:  # a refusal with its reason (bad role, unsafe bind, key file)
+        if not isinstance(exc.code, str):
+            raise
+        typer.echo(f"error: {exc.code}", err=True)
         raise typer.Exit(2) from None
     except psycopg.OperationalError as exc:
         typer.echo(
