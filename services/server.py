@@ -39,7 +39,8 @@ def run_server(role: str = "all", settings: Settings | None = None) -> None:
     if role in ("all", "retrieve"):  # fail before starting anything
         _keyring(settings)
     projectors = role in ("all", "projector")
-    with Memory.open(settings, start_projectors=projectors) as memory:
+    extracts = role in ("all", "ingest")  # only then is the offline-extractor notice news
+    with Memory.open(settings, start_projectors=projectors, quiet=not extracts) as memory:
         nats_url = resolve_nats(settings) if role != "projector" else None
         memory.nats_url = nats_url  # so /readyz checks the broker too
         ingest = None
