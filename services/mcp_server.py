@@ -61,6 +61,15 @@ FactId = Annotated[
 ]
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("engramdb")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
 def _check(ctx: Context[Any], ring: KeyRing | None, scope: str, agent_id: str | None) -> Grant:
     """The caller's grant: open without keys (stdio, keyless loopback HTTP); else the bearer
     key's grant, which must hold ``scope`` for ``agent_id`` (ADR-0011's rules)."""
@@ -111,13 +120,14 @@ def build_server(
             await anyio.to_thread.run_sync(opened.close)
 
     server: MCPServer[Any] = MCPServer(
-        "engramdb", instructions=INSTRUCTIONS, lifespan=lifespan, log_level="WARNING"
+        "engramdb", instructions=INSTRUCTIONS, lifespan=lifespan, log_level="WARNING",
+        version=_version(),
     )
 
     def mem(ctx: Context[Any]) -> Any:
         return ctx.request_context.lifespan_context
 
-    @server.tool(annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=True))
+    @server.tool(annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=False))
     async def write(
         agent_id: AgentId,
         text: Annotated[str, Field(min_length=1, max_length=32000, description="the turn's text")],

@@ -107,6 +107,7 @@ async def test_mcp_stdio_server(pg_url, fresh_schema, agent_id, tmp_path) -> Non
     )
     async with Client(params, read_timeout_seconds=60) as client:
         assert "retrieve" in (client.instructions or "")
+        assert client.server_info is not None and client.server_info.name == "engramdb"
         await _exercise_tools(client, agent_id)
 
 
@@ -191,3 +192,20 @@ def test_mcp_refuses_a_public_bind_without_keys(monkeypatch, tmp_path) -> None:
     assert "without API keys" in result.output and "Traceback" not in result.output
     bad = CliRunner().invoke(app, ["mcp", "--transport", "carrier-pigeon"])
     assert bad.exit_code == 2 and "unknown transport" in bad.output
+
+
+def test_public_bind_checks_host_then_key() -> None:
+    """A non-loopback bind (keys required) answers a foreign Host with 400 and a request
+    without a key with 401, before the SDK or memory is involved."""
+    from starlette.testclient import TestClient
+
+    from engramdb.infra.api_keys import KeyRing
+    from engramdb.services.mcp_http import http_app
+    from engramdb.services.mcp_server import build_server
+
+    ring = KeyRing.parse([{"key": WRITE_KEY, "agents": ["*"], "scopes": ["read"]}], "test")
+    asgi = http_app(build_server(memory=object(), keyring=ring), "10.1.2.3", ring, "mem.example")
+    client = TestClient(asgi, base_url="http://10.1.2.3")
+    assert client.post("/mcp", json={}).status_code == 401
+    assert client.post("/mcp", json={}, headers={"Host": "evil.example"}).status_code == 400
+    assert client.post("/mcp", json={}, headers={"Host": "mem.example"}).status_code == 401
