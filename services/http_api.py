@@ -23,13 +23,13 @@ from pydantic import BaseModel, Field, ValidationError
 
 from engramdb.infra.api_keys import Grant
 from engramdb.services.http_auth import authorize, require
+from engramdb.services.http_docs import add_offline_docs
 from engramdb.services.http_guard import (
     DEFAULT_MAX_BODY_BYTES,
     error_response,
     install_input_guards,
     json_safe,
 )
-from engramdb.services.http_docs import add_offline_docs
 from engramdb.services.http_manage import forbid_unknown_query
 from engramdb.services.http_manage import router as manage_router
 from engramdb.services.messages import ConversationMessage, MessageIdConflict
