@@ -34,6 +34,7 @@ from uuid import UUID
 from eventsourcing.domain import Aggregate, event
 from eventsourcing.utils import register_topic
 
+from engramdb.domain.erasure import AgentErasedError
 from engramdb.domain.errors import DecisionRejected
 from engramdb.domain.keys import agent_aggregate_id, fact_fingerprint, fold, message_record_id
 from engramdb.domain.payloads import FactPayload, check_sources, upcast_single_source
@@ -122,6 +123,18 @@ class AgentMemory(Aggregate):
         forgotten_at: datetime
         reason: str
         decided_by: dict[str, Any]
+
+    class Erased(Aggregate.Event):
+        """Crypto-shredding (ADR-0018): the agent's data key was destroyed after this event.
+        Stored unencrypted and holding no personal data (the agent id and who asked), so
+        audit and projectors in every process can read it; folding past it is impossible."""
+
+        agent_id: str
+        erased_at: datetime
+        decided_by: dict[str, Any]
+
+        def apply(self, aggregate: AgentMemory) -> None:
+            raise AgentErasedError(f"agent {self.agent_id!r}")
 
     # Shadows the error of the same name in this class body only: methods still raise the
     # module-level ``DecisionRejected`` exception.

@@ -8,6 +8,9 @@ at 100 (ADR-0004):
   callers serialise writes per agent, and a save that conflicts because another process
   wrote meanwhile evicts the cached object, reloads and re-decides;
 - snapshots are taken from the in-memory aggregate just saved, not by replaying the log.
+
+Every event and snapshot is encrypted with its agent's data key by ``AgentCipherMapper``
+(crypto-shredding, ADR-0018); the key table is created with the application.
 """
 
 from __future__ import annotations
@@ -19,9 +22,14 @@ from uuid import UUID
 
 from eventsourcing.application import Application, ProcessingEvent
 from eventsourcing.domain import Snapshot
+from eventsourcing.persistence import Mapper
+from psycopg import sql
 
 from engramdb.domain.aggregate import AgentMemory, MessageRecord
+from engramdb.domain.erasure import AgentErasedError
 from engramdb.domain.keys import agent_aggregate_id, message_record_id
+from engramdb.infra.crypto_mapper import AgentCipherMapper
+from engramdb.infra.data_keys import DataKeys
 
 APPLICATION_NAME = "engramdb"
 DEFAULT_ENV: dict[str, str] = {
@@ -40,6 +48,19 @@ class MemoryApplication(Application[UUID]):
         merged = dict(DEFAULT_ENV)
         merged.update(env or {})
         super().__init__(merged)
+        self.keys = DataKeys(self.recorder.datastore)  # type: ignore[attr-defined]
+        self.keys.create_table()
+        assert isinstance(self.mapper, AgentCipherMapper)
+        datastore = self.recorder.datastore  # type: ignore[attr-defined]
+        self.mapper.attach(
+            self.keys, sql.Identifier(datastore.schema, self.recorder.events_table_name)  # type: ignore[attr-defined]
+        )
+
+    def construct_mapper(self) -> Mapper[UUID]:
+        """The per-agent encrypting mapper (key table attached once the recorder exists)."""
+        return self.factory.mapper(
+            transcoder=self.construct_transcoder(), mapper_class=AgentCipherMapper
+        )
 
     def _take_snapshots(self, processing_event: ProcessingEvent[UUID]) -> None:
         if self.snapshots is None:
@@ -58,7 +79,12 @@ class MemoryApplication(Application[UUID]):
     # ----- lookups ---------------------------------------------------------------------
 
     def agent_memory(self, agent_id: str) -> AgentMemory:
-        """The agent's aggregate, opened (not yet saved) when the agent is new."""
+        """The agent's aggregate, opened (not yet saved) when the agent is new;
+        ``AgentErasedError`` if the agent was erased."""
+        if self.keys.for_read(agent_aggregate_id(agent_id)) is None and self.keys.is_erased(
+            agent_aggregate_id(agent_id)
+        ):
+            raise AgentErasedError(f"agent {agent_id!r}")
         try:
             memory: Any = self.repository.get(agent_aggregate_id(agent_id))
         except Exception as exc:  # AggregateNotFoundError

@@ -30,6 +30,9 @@ from engramdb.services.app import MemoryApplication
 T = datetime(2024, 1, 1, tzinfo=UTC)
 BY = {"by": "x"}
 MODULE = "engramdb.domain.aggregate"
+# the library's own mapper: events as stored before per-agent encryption (ADR-0018); the
+# tests below store with it and load through ``MemoryApplication``'s encrypting mapper
+_PLAIN = Application(env={"PERSISTENCE_MODULE": "eventsourcing.popo"}).mapper
 
 # topic -> stored field order, as written by the code before the event classes were declared
 FIELD_ORDER = {
@@ -173,8 +176,9 @@ def test_events_stored_under_pre_package_topics_load_and_fold_identically(
     try:
         mem, rec = story("legacy-agent")
         events = [*mem.collect_events(), *rec.collect_events()]
-        # as really stored then: old module topics AND fact events of class version 1
-        stored = [_legacy(_v1(app.mapper.to_stored_event(e))) for e in events]
+        # as really stored then: unencrypted (the plain mapper, before ADR-0018), old module
+        # topics AND fact events of class version 1
+        stored = [_legacy(_v1(_PLAIN.to_stored_event(e))) for e in events]
         assert all(s.topic.startswith(f"{LEGACY_MODULE_TOPIC}:") for s in stored)
         assert b'"domain.aggregate:AgentMemory"' in stored[0].state  # Opened's originator_topic
         app.recorder.insert_events(stored)
@@ -215,7 +219,7 @@ def test_version_1_fact_events_load_and_fold_to_their_single_source(fresh_schema
             **nameless.payload_fields(), "source_message_id": None, "source_message_ids": [],
         }))
         events = [*mem.collect_events(), *rec.collect_events()]
-        stored = [_v1(app.mapper.to_stored_event(e)) for e in events]
+        stored = [_v1(_PLAIN.to_stored_event(e)) for e in events]
         updated = next(s for s in stored if s.topic.endswith(".FactUpdated"))
         assert _masked(updated.state) == FACT_UPDATED_STATE_V1  # byte for byte the old format
         app.recorder.insert_events(stored)
