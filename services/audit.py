@@ -19,6 +19,7 @@ from psycopg import sql
 from pydantic import BaseModel, Field
 
 from engramdb.domain.aggregate import AgentMemory
+from engramdb.domain.erasure import UndecryptableEvent
 from engramdb.domain.fold import AsOfAxis, FactFold, FactRow
 from engramdb.domain.fold import facts_as_of as fold_facts_as_of
 from engramdb.domain.keys import agent_aggregate_id
@@ -37,6 +38,7 @@ _DECISION = {
     "FactRetracted": "DELETE",
     "DecisionRejected": "REJECTED",
     "Forgotten": "FORGET",
+    "Erased": "ERASE",
 }
 
 
@@ -47,7 +49,7 @@ class HistoryEntry(BaseModel):
 
     version: int  # version of the agent aggregate (position in the agent's log)
     event: str
-    decision: str  # ADD UPDATE NOOP DELETE FORGET ENTITY ALIAS MERGE RELATIONSHIP REJECTED OPENED
+    decision: str  # ADD UPDATE NOOP DELETE FORGET ERASE ENTITY ALIAS MERGE RELATIONSHIP REJECTED OPENED
     fact_id: str | None = None
     target_fact_id: str | None = None
     entity_key: str | None = None
@@ -125,6 +127,9 @@ def to_entry(event: Any) -> HistoryEntry:
         entry.reason = g("reason")
     elif name == "Forgotten":
         entry.valid_at, entry.reason = g("forgotten_at"), g("reason")
+    elif name == "Erased":
+        entry.valid_at = g("erased_at")
+        entry.reason = "erased: the agent's data key was destroyed; earlier events are unreadable"
     elif name == "EntityRegistered":
         entry.entity_key, entry.text = g("entity_key"), g("display_name")
         entry.detail = {"entity_type": g("entity_type"), "aliases": g("aliases")}
@@ -250,7 +255,7 @@ def fact_history(
             row = folded.rows.get((agent_id, fact_id))
             wanted = set(row.event_versions) if row else set()
         events = [e for e in all_events if e.originator_version in wanted]
-    entries = [to_entry(e) for e in events]
+    entries = [to_entry(e) for e in events if not isinstance(e, UndecryptableEvent)]
     if with_messages:
         _attach_messages(app, agent_id, entries)
     return entries
@@ -270,7 +275,12 @@ def agent_history(
         kwargs["gt"] = since_version
     if limit is not None:
         kwargs["limit"] = limit
-    entries = [to_entry(e) for e in app.agent_events(agent_id, **kwargs)]
+    # an erased agent's events are unreadable: its history is the ``Erased`` marker (ERASE)
+    entries = [
+        to_entry(e)
+        for e in app.agent_events(agent_id, **kwargs)
+        if not isinstance(e, UndecryptableEvent)
+    ]
     if with_messages:
         _attach_messages(app, agent_id, entries)
     return entries

@@ -164,6 +164,20 @@ class ForgetResult(BaseModel):
     position: int = Field(description="notification id to wait for (read-your-writes)")
 
 
+class EraseResult(BaseModel):
+    """What ``erase_agent`` did (ADR-0018). ``position``: the ``Erased`` marker's notification
+    id (0 when the agent was already erased and only the cleanup ran again)."""
+
+    agent_id: str
+    already_erased: bool = Field(description="the key was already destroyed before this call")
+    aggregates: int = Field(description="aggregates (agent + message records) made unreadable")
+    clear_events_scrubbed: int = Field(
+        description="events stored unencrypted before encryption existed, overwritten"
+    )
+    read_model_rows_deleted: int
+    position: int = Field(description="notification id to wait for (read-your-writes)")
+
+
 class ActorBody(_Strict):
     actor: str | None = Field(default=None, min_length=1, max_length=200, description="who asked")
 

@@ -12,11 +12,13 @@ from psycopg_pool import ConnectionPool
 
 from engramdb.domain.agent_id import check_agent_id
 from engramdb.services import manage
+from engramdb.services.erase import erase_agent
 from engramdb.services.manage_commands import delete_fact, forget_agent
 from engramdb.services.manage_models import (
     AgentItem,
     DeleteResult,
     EntityItem,
+    EraseResult,
     FactDetail,
     FactFilter,
     FactItem,
@@ -95,3 +97,12 @@ class ManageMixin:
         """End all the agent's active facts and hide its messages from retrieval (one event)."""
         check_agent_id(agent_id)
         return forget_agent(self.pipeline, agent_id, check_actor(actor, via), via)
+
+    def erase_agent(
+        self, agent_id: str, *, actor: str | None = None, via: str = "python"
+    ) -> EraseResult:
+        """Crypto-shred the agent (ADR-0018): destroy its data key, drop its read-model rows
+        and vectors; its events stay in the log, unreadable. Irreversible; writes for the
+        agent are refused afterwards."""
+        check_agent_id(agent_id)
+        return erase_agent(self.pipeline, agent_id, check_actor(actor, via), via)

@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from engramdb.domain.aggregate import MessageRecord
+from engramdb.domain.aggregate import AgentMemory, MessageRecord
 from engramdb.projections.embeddings import CACHED_VECTOR_SQL
+from engramdb.projections.erasure import drop_agent_rows
 from engramdb.projections.handlers import handles
 from engramdb.projections.read_model import BulkFold, ReadModel, ReadModelView, jsonb
 from engramdb.projections.search import SEARCH_FUNCTIONS, search_columns, search_index
@@ -105,6 +106,10 @@ class ConversationView(ReadModelView):
     def _recorded(self, curs: Any, e: MessageRecord.Recorded) -> None:
         curs.execute(_MESSAGE_INSERT, {**_recorded_row(e),
                                        **self.vector_params(embedded_message_text(e.speaker, e.text))})
+
+    @handles(AgentMemory.Erased)
+    def _erased(self, curs: Any, e: AgentMemory.Erased) -> None:
+        drop_agent_rows(curs, e.agent_id, self.tables)
 
     @handles(MessageRecord.Processed)
     def _processed(self, curs: Any, e: MessageRecord.Processed) -> None:

@@ -15,6 +15,7 @@ from engramdb.domain.fold import new_fact_row
 from engramdb.domain.keys import fold
 from engramdb.domain.payloads import FactPayload
 from engramdb.projections.embeddings import CACHED_VECTOR_SQL
+from engramdb.projections.erasure import drop_agent_rows
 from engramdb.projections.handlers import handles
 from engramdb.projections.read_model import ReadModelView, jsonb
 from engramdb.projections.read_models.memory.tables import (
@@ -238,6 +239,11 @@ class MemoryView(ReadModelView):
             "VALUES (%s, %s, %s)",
             (agent, e.originator_version, e.timestamp),
         )
+
+    @handles(AgentMemory.Erased)
+    def _erased(self, curs: Any, e: AgentMemory.Erased) -> None:
+        drop_agent_rows(curs, e.agent_id, self.tables)
+        self._agents.pop(e.originator_id, None)
 
     @handles(AgentMemory.DecisionRejected)
     def _decision_rejected(self, curs: Any, e: AgentMemory.DecisionRejected) -> None:
