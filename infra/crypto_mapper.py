@@ -82,8 +82,10 @@ class AgentCipherMapper(Mapper[UUID]):
         if key_id is None:
             log.warning("no agent for %s: stored unencrypted", get_topic(type(domain_event)))
             return stored
+        agent_id = domain_event.__dict__.get("agent_id")
+        what = f"agent {agent_id!r}" if isinstance(agent_id, str) else None
         nonce = new_nonce()
-        sealed = self.keys.for_write(key_id).encrypt(
+        sealed = self.keys.for_write(key_id, what).encrypt(
             nonce, stored.state, _aad(stored.originator_id, stored.originator_version)
         )
         return dataclasses.replace(stored, state=MAGIC + key_id.bytes + nonce + sealed)

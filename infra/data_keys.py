@@ -59,13 +59,15 @@ class DataKeys:
 
     # ----- lookups ---------------------------------------------------------------------
 
-    def for_write(self, key_id: UUID) -> AESGCM:
-        """The agent's key, created on its first event; ``AgentErasedError`` once erased."""
+    def for_write(self, key_id: UUID, what: str | None = None) -> AESGCM:
+        """The agent's key, created on its first event; ``AgentErasedError`` once erased
+        (``what`` names the agent in that error, when the caller knows it)."""
+        what = what or f"the agent of aggregate {key_id}"
         cached = self._cache.get(key_id)
         if isinstance(cached, AESGCM):
             return cached
         if cached is _ERASED:
-            raise AgentErasedError(f"the agent of aggregate {key_id}")
+            raise AgentErasedError(what)
         with self._lock:
             with self.datastore.transaction(commit=True) as curs:
                 curs.execute(
@@ -77,7 +79,7 @@ class DataKeys:
                 )
             key = self._load(key_id)
         if key is None:
-            raise AgentErasedError(f"the agent of aggregate {key_id}")
+            raise AgentErasedError(what)
         return key
 
     def for_read(self, key_id: UUID) -> AESGCM | None:

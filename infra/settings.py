@@ -60,6 +60,9 @@ class Settings(BaseSettings):
     )
     nats_user: str | None = Field(default=None, description="user for an external NATS")
     nats_password: str | None = Field(default=None, description="password for an external NATS")
+    nats_messages_max_age_days: float = Field(
+        default=7.0, ge=0, description="days the NATS message stream keeps raw turns (0 = forever)"
+    )
     ready_max_lag: int = Field(
         default=1000, ge=0, description="events a projection may trail the log before /readyz is 503"
     )

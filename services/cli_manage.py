@@ -1,5 +1,5 @@
 """CLI commands for managing memory: ``write`` (with ``--dry-run``), ``list-facts``,
-``get-fact``, ``delete-fact``, ``forget-agent``, ``list-entities``, ``list-agents``,
+``get-fact``, ``delete-fact``, ``forget-agent``, ``erase``, ``list-entities``, ``list-agents``,
 ``list-messages`` — the ``Memory`` methods of the same names (dashes for underscores).
 
 For people and scripts: every read command takes ``--json`` (one JSON document on stdout);
@@ -180,6 +180,32 @@ def forget_agent(
     )
 
 
+def erase(
+    agent: Agent,
+    actor: Actor = None,
+    yes: Annotated[bool, typer.Option("--yes", help="do not ask for confirmation")] = False,
+    as_json: Json = False,
+) -> None:
+    """Erase an agent for good (crypto-shredding, ADR-0018): destroy its data key and drop
+    its read-model rows; its events stay in the log, unreadable. Irreversible."""
+    with _user_errors():
+        check_agent_id(agent)
+        if not yes and not typer.confirm(
+            f"Erase {agent!r} irreversibly (its memory becomes unreadable, its id unusable)?"
+        ):
+            raise typer.Exit(1)
+        with _memory() as memory:
+            result = memory.erase_agent(agent, actor=actor, via="cli")
+            memory.wait_for_projections(result.position or None)
+    typer.echo(
+        result.model_dump_json()
+        if as_json
+        else f"erased {agent}: {result.aggregates} aggregates unreadable, "
+        f"{result.read_model_rows_deleted} read-model rows deleted"
+        + (" (was already erased)" if result.already_erased else "")
+    )
+
+
 def list_entities(agent: Agent, limit: Limit = 50, cursor: Cursor = None, as_json: Json = False) -> None:
     """List an agent's entities."""
     with _user_errors():
@@ -217,8 +243,8 @@ def list_messages(
                f"{m.speaker or '?'}: {m.text}" + ("  (hidden)" if m.hidden else ""))
 
 
-COMMANDS = (write, list_facts, get_fact, delete_fact, forget_agent, list_entities, list_agents,
-            list_messages)
+COMMANDS = (write, list_facts, get_fact, delete_fact, forget_agent, erase, list_entities,
+            list_agents, list_messages)
 
 
 def register(app: typer.Typer) -> None:

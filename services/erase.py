@@ -103,7 +103,7 @@ def _append_marker(
 
 def erase_agent(pipeline: WritePipeline, agent_id: str, actor: str, via: str) -> EraseResult:
     """Crypto-shred ``agent_id`` (see the module doc). ``NotFoundError`` if it has no events."""
-    app = pipeline.app
+    app: Any = pipeline.app  # recorder attributes of the PostgreSQL recorder
     datastore = app.recorder.datastore
     events = sql.Identifier(datastore.schema, app.recorder.events_table_name)
     key_id = agent_aggregate_id(agent_id)

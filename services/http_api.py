@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse, Response
 from psycopg_pool import PoolTimeout
 from pydantic import BaseModel, Field, ValidationError
 
+from engramdb.domain.erasure import AgentErasedError
 from engramdb.infra.api_keys import Grant
 from engramdb.services.http_auth import authorize, require
 from engramdb.services.http_docs import add_offline_docs
@@ -237,6 +238,10 @@ def create_app(
             raise HTTPException(status_code=404, detail="this process keeps no metrics")
         body = await anyio.to_thread.run_sync(registry.exposition)
         return Response(content=body, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.exception_handler(AgentErasedError)
+    async def _erased(_request: Request, exc: AgentErasedError) -> JSONResponse:
+        return JSONResponse(status_code=410, content={"detail": str(exc)})  # ADR-0018
 
     @app.exception_handler(ValidationError)
     async def _validation(_request: Request, exc: ValidationError) -> JSONResponse:

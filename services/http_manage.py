@@ -29,6 +29,7 @@ from engramdb.services.manage_models import (
     AgentItem,
     DeleteResult,
     EntityItem,
+    EraseResult,
     FactDetail,
     FactFilter,
     FactItem,
@@ -194,6 +195,25 @@ async def forget_agent(
 ) -> Any:
     who = _actor(grant, body.actor if body is not None else None)
     return await _call(request, lambda m: m.forget_agent(agent_id, actor=who, via="http"))
+
+
+@router.post(
+    "/{agent_id}/erase",
+    response_model=EraseResult,
+    responses=_ERRORS,
+    summary="Erase an agent (crypto-shredding): destroy its key, drop its read-model rows",
+)
+async def erase_agent(
+    request: Request,
+    agent_id: AgentId,
+    grant: AdminGrant,
+    body: Annotated[ActorBody | None, Body()] = None,
+) -> Any:
+    """Irreversible (ADR-0018): the agent's events stay in the log but can no longer be read,
+    its read-model rows and cached vectors are deleted, and writes for it are refused (410).
+    Erasing again repeats the cleanup and answers ``already_erased: true``."""
+    who = _actor(grant, body.actor if body is not None else None)
+    return await _call(request, lambda m: m.erase_agent(agent_id, actor=who, via="http"))
 
 
 @router.get(

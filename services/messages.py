@@ -47,6 +47,15 @@ DUPLICATE_WINDOW_SEC = 120.0
 # which stays in the messages stream (ADR-0012).
 DEADLETTER_INLINE_MAX_BYTES = 256 * 1024
 DEADLETTER_PREVIEW_BYTES = 1024
+
+
+def messages_max_age() -> float:
+    """Seconds the message stream keeps a published turn (``ENGRAMDB_NATS_MESSAGES_MAX_AGE_DAYS``,
+    default 7; 0 = forever). The stream holds raw text in clear: erasing an agent (ADR-0018)
+    cannot reach it, so it must not keep turns longer than ingestion needs."""
+    from engramdb.infra.settings import load_settings
+
+    return max(0.0, load_settings().nats_messages_max_age_days) * 86400.0
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 

@@ -1,10 +1,10 @@
 """NATS request/reply surface of memory management: subjects ``<prefix>.manage.<op>``.
 
 ``op`` is the ``Memory`` method's name — ``list_facts``, ``get_fact``, ``delete_fact``,
-``forget_agent``, ``list_entities``, ``list_agents``, ``list_messages`` — and the request is a
+``forget_agent``, ``erase_agent``, ``list_entities``, ``list_agents``, ``list_messages`` — and the request is a
 JSON object with that method's parameters (``agent_id`` plus the same filters as HTTP; unknown
 fields are a validation error). Reply: ``{"result": ...}`` or ``{"error": "...",
-"error_type": "validation" | "not_found" | "conflict" | "internal"}``, so a requester always
+"error_type": "validation" | "not_found" | "conflict" | "erased" | "internal"}``, so a requester always
 gets an answer. Core NATS with the queue group ``engramdb-manage``, beside retrieve.
 """
 
@@ -19,6 +19,7 @@ import anyio
 from faststream.nats import NatsBroker, NatsMessage
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from engramdb.domain.erasure import AgentErasedError
 from engramdb.services.manage_models import (
     FactFilter,
     MessageFilter,
@@ -73,6 +74,7 @@ OPS: dict[str, tuple[type[BaseModel], Callable[[Any, BaseModel], Any]]] = {
     "get_fact": (FactRequest, _call("get_fact")),
     "delete_fact": (DeleteFactRequest, _call("delete_fact", via="nats")),
     "forget_agent": (ForgetAgentRequest, _call("forget_agent", via="nats")),
+    "erase_agent": (ForgetAgentRequest, _call("erase_agent", via="nats")),
     "list_entities": (ListEntitiesRequest, _call("list_entities")),
     "list_agents": (PageParams, _call("list_agents")),
     "list_messages": (ListMessagesRequest, _call("list_messages")),
@@ -107,6 +109,8 @@ async def handle_manage(memory: Any, op: str, raw: bytes | str) -> dict[str, Any
         result = await anyio.to_thread.run_sync(lambda: call(memory, request))
     except NotFoundError as exc:
         return _error("not_found", str(exc))
+    except AgentErasedError as exc:
+        return _error("erased", str(exc))
     except NotActiveError as exc:
         return _error("conflict", str(exc))
     except ValueError as exc:

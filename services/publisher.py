@@ -24,6 +24,7 @@ from engramdb.services.messages import (
     ConversationMessage,
     dedup_id,
     message_subject,
+    messages_max_age,
     messages_stream_name,
     messages_wildcard,
 )
@@ -34,6 +35,7 @@ def messages_stream_config(prefix: str = DEFAULT_PREFIX) -> StreamConfig:
         name=messages_stream_name(prefix),
         subjects=[messages_wildcard(prefix)],
         duplicate_window=DUPLICATE_WINDOW_SEC,
+        max_age=messages_max_age(),  # raw turns in clear: bounded (ADR-0018)
     )
 
 

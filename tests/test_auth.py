@@ -74,6 +74,7 @@ ENDPOINTS = [
 ADMIN_ENDPOINTS = [
     ("GET", "/v1/agents", None),
     ("POST", f"/v1/agents/{AGENT}/forget", {"actor": "test"}),
+    ("POST", f"/v1/agents/{AGENT}/erase", {"actor": "test"}),
 ]
 
 

@@ -102,6 +102,15 @@ async def test_http_manage_routes(memory: Memory, agent_id: str) -> None:
         memory.wait_for_projections(r.json()["position"])
         assert (await c.get(f"/v1/agents/{agent_id}/facts")).json()["items"] == []
 
+        # erasure (ADR-0018): then reads are empty, history says ERASE, writes are 410 Gone
+        r = await c.post(f"/v1/agents/{agent_id}/erase", json={"actor": "dpo"})
+        assert r.status_code == 200 and r.json()["already_erased"] is False, r.text
+        assert (await c.post("/v1/agents/never-seen-xyz/erase")).status_code == 404
+        memory.wait_for_projections(r.json()["position"])
+        assert (await c.get(f"/v1/agents/{agent_id}/messages")).json()["items"] == []
+        r = await c.post("/v1/messages", json={"agent_id": agent_id, "text": "I am back."})
+        assert r.status_code == 410 and "erased" in r.json()["detail"]
+
 
 async def test_nats_manage_request_reply(memory: Memory, agent_id: str, nats_url: str) -> None:
     ids = _seed(memory, agent_id)
@@ -140,6 +149,12 @@ async def test_nats_manage_request_reply(memory: Memory, agent_id: str, nats_url
         assert agent_id in [a["agent_id"] for a in agents["result"]["items"]]
         forgot = await ask("forget_agent", {"agent_id": agent_id, "actor": "admin"})
         assert forgot["result"]["facts_ended"] == 2
+        erased = await ask("erase_agent", {"agent_id": agent_id, "actor": "admin"})
+        assert erased["result"]["aggregates"] == 4  # the agent + its three message records
+        assert (await ask("erase_agent", {"agent_id": agent_id}))["result"]["already_erased"]
+        assert (await ask("erase_agent", {"agent_id": "nobody-xyz"}))["error_type"] == "not_found"
+        gone = await ask("delete_fact", {"agent_id": agent_id, "fact_id": ids["m1"]})
+        assert gone["error_type"] == "erased"
     finally:
         await broker.stop()
 
@@ -185,6 +200,15 @@ def test_cli_manage_commands(cli_env: str, agent_id: str) -> None:
     assert [m["hidden"] for m in messages] == [True]
     forgot = run("forget-agent", "--agent", agent_id, "--yes")
     assert forgot.exit_code == 0 and "0 facts ended" in forgot.stdout
+    erased = run("erase", "--agent", agent_id, "--yes", "--json")
+    assert erased.exit_code == 0 and json.loads(erased.stdout)["aggregates"] == 2, erased.output
+    assert json.loads(run("list-messages", "--agent", agent_id, "--json").stdout)["items"] == []
+    history = run("history", "--agent", agent_id)
+    assert history.exit_code == 0 and "ERASE" in history.stdout, history.output
+    refused = run("write", "--agent", agent_id, "I am back.")
+    assert refused.exit_code == 2 and refused.stderr.splitlines()[-1].startswith(
+        f"error: agent {agent_id!r} was erased"
+    ), refused.stderr
 
     # user mistakes: one line on stderr, exit code 2, no traceback
     for args in (

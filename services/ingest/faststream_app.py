@@ -19,6 +19,7 @@ from engramdb.services.messages import (
     DeadLetter,
     deadletter_stream_name,
     deadletter_subject,
+    messages_max_age,
     messages_stream_name,
     messages_wildcard,
 )
@@ -98,6 +99,7 @@ def build_ingest_app(
         messages_stream_name(prefix),
         subjects=[messages_wildcard(prefix)],
         duplicate_window=DUPLICATE_WINDOW_SEC,
+        max_age=messages_max_age(),  # raw turns in clear: bounded (ADR-0018)
     )
     dead_stream = JStream(deadletter_stream_name(prefix), subjects=[deadletter_subject(prefix)])
 

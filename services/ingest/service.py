@@ -19,6 +19,7 @@ from faststream.nats import NatsBroker
 from nats.aio.msg import Msg
 
 from engramdb.domain.aggregate import MessageRecord
+from engramdb.domain.erasure import AgentErasedError
 from engramdb.services.ingest.turnstile import Turnstile
 from engramdb.services.messages import (
     DEADLETTER_INLINE_MAX_BYTES,
@@ -212,6 +213,10 @@ class IngestService:
                 tg.cancel_scope.cancel()
         if conflict is not None:
             return await self._dead_letter_and_ack(raw, str(conflict), "validation", message.agent_id)
+        if isinstance(failure, AgentErasedError):  # ADR-0018: keep no copy (no dead letter)
+            log.warning("dropped message %s: its agent was erased", message.message_id)
+            await raw.ack()
+            return True
         if failure is not None or result is None:  # transient until proven otherwise
             reason = f"write pipeline failed: {type(failure).__name__}: {failure}"
             deliveries = self._deliveries(raw)
