@@ -124,3 +124,61 @@ def test_erase_agent_leaves_no_text_in_a_raw_dump(memory: Memory) -> None:
         for e in memory.app.agent_events(a)
     )
 
+
+
+def test_ingest_drops_turns_of_an_erased_agent_and_the_stream_has_a_retention(
+    fresh_schema, nats_url: str  # noqa: ANN001 - pytest fixture
+) -> None:
+    """A turn published for an erased agent is acked without being stored or dead-lettered
+    (a dead letter would be a new copy of its text); the message stream expires turns."""
+    import nats
+    from test_ingest import Collector, _dead_letters, _publish, run_async, start_ingest, wait_until
+    from test_write_pipeline import extraction_json, fact, scripted_extractor
+
+    from engramdb.services.app import MemoryApplication
+    from engramdb.services.erase import erase_agent
+    from engramdb.services.ingest.faststream_app import DEFAULT_DURABLE
+    from engramdb.services.messages import ConversationMessage, messages_stream_name
+    from engramdb.services.write import WritePipeline
+
+    _schema, env = fresh_schema("erase_ingest")
+    app = MemoryApplication(env)
+    prefix = f"t{_schema[-10:]}"
+    gone, kept = f"gone-{prefix}", f"kept-{prefix}"
+    texts = {"gone-1": "I like Zorblatt.", "gone-2": "I like Quenwick.", "kept-1": "I like tea."}
+    extractor, _ = scripted_extractor(
+        {t: extraction_json(fact(f"Ana likes {t.split()[-1][:-1]}")) for t in texts.values()}
+    )
+    pipeline = WritePipeline(app, extractor)
+    try:
+        pipeline.write(ConversationMessage(agent_id=gone, message_id="gone-1", speaker="Ana",
+                                           text=texts["gone-1"]))
+        erase_agent(pipeline, gone, "test", "python")
+        run_async(_publish(nats_url, prefix, [
+            ConversationMessage(agent_id=gone, message_id="gone-2", speaker="Ana", text=texts["gone-2"]),
+            ConversationMessage(agent_id=kept, message_id="kept-1", speaker="Ana", text=texts["kept-1"]),
+        ]))
+        collector = Collector()
+        runner = start_ingest(nats_url, pipeline, prefix, collector, max_deliver=2, nack_delay=0.05)
+
+        async def consumer_settled() -> tuple[bool, float]:
+            nc = await nats.connect(nats_url)
+            try:
+                js = nc.jetstream()
+                info = await js.consumer_info(messages_stream_name(prefix), DEFAULT_DURABLE)
+                stream = await js.stream_info(messages_stream_name(prefix))
+                return info.num_pending == 0 and info.num_ack_pending == 0, stream.config.max_age
+            finally:
+                await nc.close()
+
+        try:
+            wait_until(lambda: [r.message_id for r in collector.results] == ["kept-1"], what="kept-1")
+            wait_until(lambda: run_async(consumer_settled())[0], what="both turns acked")
+        finally:
+            runner.stop()
+        assert run_async(_dead_letters(nats_url, prefix)) == []
+        assert [r.message_id for r in collector.results] == ["kept-1"]
+        assert run_async(consumer_settled())[1] == 7 * 86400  # ENGRAMDB_NATS_MESSAGES_MAX_AGE_DAYS
+        assert app.message_record(gone, "gone-2") is None  # nothing of it was stored
+    finally:
+        app.close()
