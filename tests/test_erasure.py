@@ -79,11 +79,19 @@ def test_erase_agent_leaves_no_text_in_a_raw_dump(memory: Memory) -> None:
     assert any(LEGACY.encode() in s for s in states)  # the legacy turn is in clear...
     assert [m.message_id for m in memory.list_messages(a).items][0] == "legacy-1"  # ...and loads
 
+    snapshots = sql.Identifier(schema, memory.app.snapshots.recorder.events_table_name)  # type: ignore[union-attr]
+    a_snapshots = sql.SQL("SELECT state FROM {} WHERE originator_id = %s").format(snapshots)
+    with psycopg.connect(url) as conn:
+        snaps = [bytes(r[0]) for r in conn.execute(a_snapshots, (agent_aggregate_id(a),))]
+    assert snaps and all(s.startswith(b"\x00ek1") for s in snaps)  # snapshots encrypted too
+
     result = memory.erase_agent(a, actor="dpo@example.org")
     assert not result.already_erased and result.clear_events_scrubbed == 1
     assert result.aggregates == 1 + 1 + len(A_TEXTS)  # agent + legacy record + 3 records
     memory.wait_for_projections(result.position)
 
+    with psycopg.connect(url) as conn:
+        assert conn.execute(a_snapshots, (agent_aggregate_id(a),)).fetchall() == []
     after = _dump(url, schema)
     assert not [w for w in [*A_TEXTS, LEGACY] if _found(after, w)]
     assert _found(after, B_TEXT)  # the other agent's read models are intact
