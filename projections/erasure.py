@@ -22,26 +22,35 @@ from engramdb.projections.tables import Table
 
 
 def drop_agent_rows(curs: Any, agent_id: str, tables: Iterable[Table]) -> int:
-    """Delete ``agent_id``'s rows (and the cached vectors of their texts) from ``tables``
-    that exist in the current search path; returns the number of rows deleted."""
+    """Delete ``agent_id``'s rows from ``tables`` that exist in the current search path, then
+    the cached vectors of their embedded texts; returns the number of rows deleted.
+
+    Lock order is the same for every caller — tables in ``READ_MODELS`` order, the embedding
+    cache last — so the erase command and a projector handling the marker at the same time
+    wait for each other instead of deadlocking."""
     deleted = 0
+    hashes: list[str] = []
     for table in tables:
         curs.execute("SELECT to_regclass(%s) IS NOT NULL AS ok", (table.name,))
         row = curs.fetchone()
         if row is None or not row["ok"]:
             continue
+        name = sql.Identifier(table.name)
         if table.embedded_text is not None:
-            expression = table.embedded_expression("r")
+            hashed = "encode(sha256(convert_to(" + table.embedded_expression("r") + ", 'UTF8')), 'hex')"
             curs.execute(
-                sql.SQL(
-                    "DELETE FROM mem_embedding_cache c USING {} r WHERE r.agent_id = %s "
-                    "AND c.text_hash = encode(sha256(convert_to(" + expression + ", 'UTF8')), 'hex')"
-                ).format(sql.Identifier(table.name)),
+                sql.SQL("DELETE FROM {} AS r WHERE r.agent_id = %s RETURNING " + hashed + " AS h")
+                .format(name),
                 (agent_id,),
             )
+            found = [r["h"] for r in curs.fetchall()]
+            hashes.extend(found)
+            deleted += len(found)
+        else:
+            curs.execute(sql.SQL("DELETE FROM {} WHERE agent_id = %s").format(name), (agent_id,))
+            deleted += max(curs.rowcount, 0)
+    if hashes:
         curs.execute(
-            sql.SQL("DELETE FROM {} WHERE agent_id = %s").format(sql.Identifier(table.name)),
-            (agent_id,),
+            "DELETE FROM mem_embedding_cache WHERE text_hash = ANY(%s)", (sorted(set(hashes)),)
         )
-        deleted += max(curs.rowcount, 0)
     return deleted

@@ -6,10 +6,10 @@ the log keeps its structure (every event keeps its id, version, topic and notifi
 1. append ``AgentMemory.Erased`` to A's stream — in clear, no personal data (agent id, when,
    who asked) — so audit can say "erased" and every projector, in log order, drops A's rows
    and this process's key (``AgentCipherMapper``);
-2. in ONE transaction: destroy A's data key (``engramdb_data_keys.data_key = NULL``), delete
+2. in one transaction: destroy A's data key (``engramdb_data_keys.data_key = NULL``), delete
    A's snapshots, overwrite the state of A's events stored in clear before encryption
-   existed (they have no key to destroy; structure kept, payload gone), and delete A's rows
-   in every read model with their cached vectors (``projections.erasure``);
+   existed (they have no key to destroy; structure kept, payload gone); then, in another,
+   delete A's rows in every read model with their cached vectors (``projections.erasure``);
 3. evict A's aggregates from this process's cache.
 
 Idempotent: erasing again re-runs step 2 (a crash between 1 and 2 is finished by a re-run)
@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
-from eventsourcing.persistence import RecordConflictError
+from eventsourcing.persistence import OperationalError, RecordConflictError
 from eventsourcing.utils import get_topic
 from psycopg import sql
 
@@ -101,6 +101,23 @@ def _append_marker(
     raise RecordConflictError(f"agent {agent_id!r} kept changing; try the erasure again")
 
 
+def _drop_read_models(datastore: Any, agent_id: str) -> int:
+    """Every read model's rows of the agent, in their own transaction (the key is already
+    gone). Projectors handling the marker delete the same rows concurrently; the shared lock
+    order makes that a wait, and a deadlock with a projector's earlier updates is retried."""
+    tables = [t for rm in READ_MODELS for t in rm.tables]
+    for attempt in range(5):
+        try:
+            with datastore.transaction(commit=True) as curs:
+                set_search_path(curs, datastore.schema)
+                return drop_agent_rows(curs, agent_id, tables)
+        except OperationalError:
+            if attempt == 4:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+    return 0  # pragma: no cover — the loop returns or raises
+
+
 def erase_agent(pipeline: WritePipeline, agent_id: str, actor: str, via: str) -> EraseResult:
     """Crypto-shred ``agent_id`` (see the module doc). ``NotFoundError`` if it has no events."""
     app: Any = pipeline.app  # recorder attributes of the PostgreSQL recorder
@@ -139,8 +156,7 @@ def erase_agent(pipeline: WritePipeline, agent_id: str, actor: str, via: str) ->
                  get_topic(AgentMemory.Erased)),
             )
             scrubbed = max(curs.rowcount, 0)
-            set_search_path(curs, datastore.schema)
-            rows = drop_agent_rows(curs, agent_id, [t for rm in READ_MODELS for t in rm.tables])
+        rows = _drop_read_models(datastore, agent_id)
         app.forget_cached(key_id, *encrypted, *clear)
     return EraseResult(
         agent_id=agent_id,
