@@ -136,6 +136,16 @@ class AgentMemory(Aggregate):
         def apply(self, aggregate: AgentMemory) -> None:
             raise AgentErasedError(f"agent {self.agent_id!r}")
 
+    class CorrectionNoted(Aggregate.Event):
+        """The user corrected a stored fact ("actually…", "não, na verdade…"): ``fact_id``
+        (the UPDATE's new fact) replaces ``corrected_fact_id``; ``cue`` is the words that
+        said so. Importance scoring counts it (ADR-0019); it changes no active fact."""
+
+        fact_id: str
+        corrected_fact_id: str
+        message_id: str | None
+        cue: str
+
     # Shadows the error of the same name in this class body only: methods still raise the
     # module-level ``DecisionRejected`` exception.
     class DecisionRejected(Aggregate.Event):
@@ -379,6 +389,17 @@ class AgentMemory(Aggregate):
     def _forgotten(self, forgotten_at: datetime, reason: str, decided_by: dict[str, Any]) -> None:
         self.active_facts.clear()
         self.fingerprints.clear()
+
+    def note_correction(
+        self, fact_id: str, corrected_fact_id: str, message_id: str | None, cue: str
+    ) -> None:
+        """Mark ``fact_id`` as the user's correction of ``corrected_fact_id``."""
+        if fact_id not in self.active_facts:
+            raise DecisionRejected(f"correction names {fact_id!r}, which is not an active fact")
+        self.trigger_event(
+            self.CorrectionNoted, fact_id=fact_id, corrected_fact_id=corrected_fact_id,
+            message_id=message_id, cue=cue,
+        )
 
     def reject(self, message_id: str | None, decision: dict[str, Any], reason: str) -> None:
         """Record a refused decision so an audit shows what the extractor proposed and why not."""

@@ -20,7 +20,12 @@ Semantics (one row per fact, ADR-0005):
 - ``Forgotten`` (forget the agent): every active fact gets status ``forgotten``,
   ``valid_to`` = ``forgotten_at``, ``invalidated_at`` = event timestamp;
 - ``EntitiesMerged``: facts whose subject is the merged entity move to the surviving one;
-- every event touching a fact appends its aggregate version to ``event_versions`` (the audit
+- ``CorrectionNoted``: the correcting fact gets ``is_correction`` (ADR-0019);
+- job events (``domain.jobs.AgentJobs``, another aggregate, so no ``event_versions`` entry):
+  ``RetrievalsObserved`` adds its counts to ``times_retrieved`` and moves
+  ``last_retrieved_at`` to the latest time; ``ImportanceAssessed`` sets ``importance``.
+  Both skip facts they do not know, as the projector's UPDATE does;
+- every AgentMemory event touching a fact appends its aggregate version to ``event_versions`` (the audit
   fetches exactly those events from the log).
 """
 
@@ -34,6 +39,7 @@ from typing import Any, Literal
 from uuid import UUID
 
 from engramdb.domain.aggregate import AgentMemory
+from engramdb.domain.jobs import AgentJobs
 from engramdb.domain.payloads import FactPayload
 
 AsOfAxis = Literal["both", "valid", "transaction"]
@@ -65,6 +71,8 @@ class FactRow:
     superseded_by: str | None = None
     last_confirmed_at: datetime | None = None
     times_retrieved: int = 0
+    last_retrieved_at: datetime | None = None
+    is_correction: bool = False
     event_versions: list[int] = field(default_factory=list)
 
     def copy(self) -> FactRow:
@@ -203,6 +211,32 @@ class FactFold:
         for (row_agent, _), row in self.rows.items():
             if row_agent == agent and row.entity_key == e.merged_key:
                 row.entity_key = e.into_key
+
+    @_on.register
+    def _correction_noted(self, e: AgentMemory.CorrectionNoted) -> None:
+        row = self.rows.get((self.agent_of(e), e.fact_id))
+        if row is None:
+            return
+        row.is_correction = True
+        row.event_versions.append(e.originator_version)
+
+    @_on.register
+    def _retrievals_observed(self, e: AgentJobs.RetrievalsObserved) -> None:
+        for fact_id, count in e.counts.items():
+            row = self.rows.get((e.agent_id, fact_id))
+            if row is not None:
+                row.times_retrieved += int(count)
+                at = e.last_at.get(fact_id)
+                row.last_retrieved_at = _later(
+                    row.last_retrieved_at, datetime.fromisoformat(at) if at else None
+                )
+
+    @_on.register
+    def _importance_assessed(self, e: AgentJobs.ImportanceAssessed) -> None:
+        for fact_id, importance in e.facts.items():
+            row = self.rows.get((e.agent_id, fact_id))
+            if row is not None:
+                row.importance = float(importance)
 
 
 def fold_facts(events: Iterable[Any], agent_id: str | None = None) -> dict[str, FactRow]:

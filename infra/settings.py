@@ -66,6 +66,11 @@ class Settings(BaseSettings):
     ready_max_lag: int = Field(
         default=1000, ge=0, description="events a projection may trail the log before /readyz is 503"
     )
+    # Sleep-time jobs (ADR-0019): ``serve --role jobs`` runs each every N seconds
+    job_feedback_interval_sec: float = Field(default=300.0, gt=0)
+    job_importance_interval_sec: float = Field(default=3600.0, gt=0)
+    job_timeout_sec: float = Field(default=600.0, gt=0, description="per job and agent")
+    feedback_retention_days: float = Field(default=30.0, gt=0, description="feedback stream max age")
 
 
 def load_settings() -> Settings:

@@ -43,6 +43,10 @@ class Table:
     generated: tuple[tuple[str, str], ...] = ()
     # statements the table's DDL needs first: the functions its generated columns call
     functions: tuple[str, ...] = ()
+    # columns declared after tables were already in users' databases: a table created before
+    # gains them through ``ADD COLUMN IF NOT EXISTS`` (nullable or with a DEFAULT; the events
+    # that fill them fold onto the defaults, so a rebuild is not required)
+    added: tuple[str, ...] = ()
 
     def embedded_expression(self, row: str) -> str:
         """SQL of the embedded string for rows aliased ``row``."""
@@ -77,9 +81,10 @@ class Table:
     def add_generated_sql(self) -> list[str]:
         """``ADD COLUMN IF NOT EXISTS`` per generated column: an older table gains them (its
         existing rows computed by PostgreSQL); a no-op on a table created with them."""
+        added = [(name, sql_type) for name, sql_type in self.columns if name in self.added]
         return [
             f"ALTER TABLE {self.name} ADD COLUMN IF NOT EXISTS {name} {sql_type}"
-            for name, sql_type in self.generated
+            for name, sql_type in added + list(self.generated)
         ]
 
     def ddl(self, dimensions: int, vector_indexes: bool = True) -> list[str]:

@@ -20,6 +20,7 @@ from typing import Annotated
 import typer
 
 from engramdb.domain.time_range import check_instant
+from engramdb.services.cli_jobs import jobs_app
 from engramdb.services.cli_manage import register as register_manage_commands
 from engramdb.services.cli_security import keys_app, nats_user_app
 from engramdb.services.user_errors import cli_user_errors
@@ -33,6 +34,7 @@ bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (see bench/ and d
 app.add_typer(bench_app, name="bench")
 app.add_typer(keys_app, name="keys")
 app.add_typer(nats_user_app, name="nats-user")
+app.add_typer(jobs_app, name="jobs")
 Json = Annotated[bool, typer.Option("--json", help="print one JSON document")]
 
 
@@ -95,7 +97,7 @@ def demo() -> None:
 
 @app.command()
 def serve(
-    role: Annotated[str, typer.Option(help="all | ingest | projector | retrieve")] = "all",
+    role: Annotated[str, typer.Option(help="all | ingest | projector | retrieve | jobs")] = "all",
 ) -> None:
     """Run the services: NATS ingest, projectors, NATS request/reply retrieve and the HTTP API."""
     from engramdb.services.server import run_server

@@ -104,6 +104,7 @@ class Memory(ManageMixin):
             worker_pool=self.worker_pool,
         )
         self.nats_url: str | None = None  # the broker this process uses (set by ``serve``)
+        self.feedback: Any = None  # retrieval notices for the jobs (``enable_feedback``)
 
     # ----- construction ------------------------------------------------------------------
 
@@ -170,7 +171,17 @@ class Memory(ManageMixin):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def enable_feedback(self, nats_url: str, prefix: str = "engramdb",
+                        retention_days: float = 30.0) -> None:
+        """Send a notice per retrieve (agent, fact ids, time) to the feedback stream, fire
+        and forget; the importance jobs count them (ADR-0019). Off by default."""
+        from engramdb.services.feedback import FeedbackPublisher
+
+        self.feedback = FeedbackPublisher(nats_url, prefix, retention_days)
+
     def close(self) -> None:
+        if self.feedback is not None:
+            self.feedback.close()
         self.projections.stop()
         self.retriever.close()
         self.worker_pool.close()
@@ -225,9 +236,12 @@ class Memory(ManageMixin):
         """
         started = time.perf_counter()
         try:
-            return self.retriever.retrieve(
+            result = self.retriever.retrieve(
                 agent_id, query, as_of=as_of, wait_for=wait_for, config_overrides=config_overrides
             )
+            if self.feedback is not None and as_of is None:  # an as-of query is an audit
+                self.feedback.notify(agent_id, [f.fact_id for f in result.facts])
+            return result
         finally:
             self.metrics.retrieve_seconds.observe(time.perf_counter() - started)
 

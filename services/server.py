@@ -4,6 +4,7 @@
   NATS request/reply retrieve, HTTP API);
 - ``ingest``: the JetStream consumer and write pipeline only (scale out by agent partition);
 - ``projector``: the read-model projectors only;
+- ``jobs``: the sleep-time jobs on their schedule (ADR-0019; ``all`` runs them too);
 - ``retrieve``: HTTP API + NATS retrieve responder (read replicas; waits on tracking tables
   for read-your-writes).
 """
@@ -23,11 +24,12 @@ from engramdb.infra.settings import Settings, load_settings
 from engramdb.services.http_api import create_app
 from engramdb.services.http_auth import allowed_hosts, check_bind, secure
 from engramdb.services.ingest import IngestThread, build_ingest_app
+from engramdb.services.jobs.schedule import start_jobs
 from engramdb.services.memory import Memory
 from engramdb.services.nats_manage import register_manage
 from engramdb.services.nats_retrieve import create_retrieve_broker, retrieve_subject
 
-ROLES = ("all", "ingest", "projector", "retrieve")
+ROLES = ("all", "ingest", "projector", "retrieve", "jobs")
 log = logging.getLogger("engramdb.server")
 
 
@@ -43,6 +45,10 @@ def run_server(role: str = "all", settings: Settings | None = None) -> None:
     with Memory.open(settings, start_projectors=projectors, quiet=not extracts) as memory:
         nats_url = resolve_nats(settings) if role != "projector" else None
         memory.nats_url = nats_url  # so /readyz checks the broker too
+        if role in ("all", "retrieve") and nats_url is not None:  # ADR-0019
+            memory.enable_feedback(nats_url, settings.subject_prefix,
+                                   settings.feedback_retention_days)
+        jobs = start_jobs(memory, settings, nats_url) if role in ("all", "jobs") else None
         ingest = None
         if role in ("all", "ingest") and nats_url is not None:
             app, _broker = build_ingest_app(
@@ -56,6 +62,8 @@ def run_server(role: str = "all", settings: Settings | None = None) -> None:
             else:
                 _block_until_signal()
         finally:
+            if jobs is not None:
+                jobs.stop()
             if ingest is not None:
                 ingest.stop()
 

@@ -44,6 +44,7 @@ from typing import Any
 from eventsourcing.persistence import RecordConflictError
 
 from engramdb.domain.aggregate import AgentMemory, MessageRecord
+from engramdb.domain.corrections import note_corrections
 from engramdb.domain.decisions import DecisionReport, MessageContext, apply_extraction
 from engramdb.domain.extraction import Extraction, ExtractionInput, ExtractorInfo
 from engramdb.domain.keys import agent_aggregate_id, message_record_id
@@ -311,6 +312,7 @@ class WritePipeline:
             report = apply_extraction(
                 memory, extraction, outcome.resolutions, ctx, self.config.max_facts_per_event
             )
+            note_corrections(memory, report, record.text, record.message_id)  # ADR-0019
             return memory, report, notes
         except Exception as exc:  # noqa: BLE001 — SPEC fail-safe: reconciliation error → ADD
             log.exception("reconciliation failed for %s/%s", record.agent_id, record.message_id)

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from engramdb.domain.aggregate import AgentMemory
 from engramdb.domain.fold import FactFold
+from engramdb.domain.jobs import AgentJobs
 from engramdb.domain.keys import fold
 from engramdb.projections.handlers import handles
 from engramdb.projections.read_model import BulkFold, jsonb
@@ -45,7 +46,7 @@ class MemoryFold(BulkFold):
         self.forgotten: list[tuple[Any, ...]] = []
 
     def apply(self, event: Any) -> None:
-        if not isinstance(event, AgentMemory.Event):
+        if not isinstance(event, (AgentMemory.Event, AgentJobs.Event)):
             return
         self.facts.apply(event)  # Opened teaches it the agent id first
         super().apply(event)
@@ -58,7 +59,7 @@ class MemoryFold(BulkFold):
     def _entity_registered(self, e: AgentMemory.EntityRegistered) -> None:
         a = self.facts.agent_of(e)
         self.entities.setdefault(
-            (a, e.entity_key), [e.display_name, e.entity_type, "", None, e.timestamp]
+            (a, e.entity_key), [e.display_name, e.entity_type, "", None, e.timestamp, 0.5]
         )
         for alias in [e.display_name, *e.aliases]:
             self.aliases.setdefault((a, fold(alias)), [alias, e.entity_key])
@@ -122,6 +123,13 @@ class MemoryFold(BulkFold):
     @handles(AgentMemory.Forgotten)
     def _forgotten(self, e: AgentMemory.Forgotten) -> None:
         self.forgotten.append((self.facts.agent_of(e), e.originator_version, e.timestamp))
+
+    @handles(AgentJobs.ImportanceAssessed)
+    def _importance_assessed(self, e: AgentJobs.ImportanceAssessed) -> None:
+        for key, value in e.entities.items():
+            ent = self.entities.get((e.agent_id, key))
+            if ent is not None:
+                ent[5] = float(value)
 
     @handles(AgentMemory.DecisionRejected)
     def _decision_rejected(self, e: AgentMemory.DecisionRejected) -> None:

@@ -58,7 +58,11 @@ FACTS = Table(
         ("times_retrieved", "integer NOT NULL DEFAULT 0"),
         ("event_versions", "integer[] NOT NULL DEFAULT '{}'"),
         (EMBEDDING, VECTOR),
+        # issue 12 / ADR-0019 (sleep-time jobs): filled from job and correction events
+        ("last_retrieved_at", "timestamptz"),
+        ("is_correction", "boolean NOT NULL DEFAULT false"),
     ),
+    added=("last_retrieved_at", "is_correction"),
     primary_key=("agent_id", "fact_id"),
     indexes=(
         "CREATE INDEX IF NOT EXISTS mem_facts_active ON mem_facts (agent_id, entity_key) "
@@ -88,8 +92,10 @@ ENTITIES = Table(
         ("profile_text", "text NOT NULL DEFAULT ''"),
         ("merged_into", "text"),
         ("created_at", "timestamptz NOT NULL"),
+        ("importance", "real NOT NULL DEFAULT 0.5"),  # ADR-0019: ImportanceAssessed
     ),
     primary_key=("agent_id", "entity_key"),
+    added=("importance",),
 )
 
 ALIASES = Table(

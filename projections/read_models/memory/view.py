@@ -12,6 +12,7 @@ from uuid import UUID
 
 from engramdb.domain.aggregate import AgentMemory
 from engramdb.domain.fold import new_fact_row
+from engramdb.domain.jobs import AgentJobs
 from engramdb.domain.keys import fold
 from engramdb.domain.payloads import FactPayload
 from engramdb.projections.embeddings import CACHED_VECTOR_SQL
@@ -244,6 +245,40 @@ class MemoryView(ReadModelView):
     def _erased(self, curs: Any, e: AgentMemory.Erased) -> None:
         drop_agent_rows(curs, e.agent_id, self.tables)
         self._agents.pop(e.originator_id, None)
+
+    @handles(AgentMemory.CorrectionNoted)
+    def _correction_noted(self, curs: Any, e: AgentMemory.CorrectionNoted) -> None:
+        curs.execute(
+            "UPDATE mem_facts SET is_correction = true, "
+            "event_versions = array_append(event_versions, %s) "
+            "WHERE agent_id = %s AND fact_id = %s",
+            (e.originator_version, self._agent(curs, e.originator_id), e.fact_id),
+        )
+
+    # ----- job results (ADR-0019): another aggregate, events name their agent ---------
+
+    @handles(AgentJobs.RetrievalsObserved)
+    def _retrievals_observed(self, curs: Any, e: AgentJobs.RetrievalsObserved) -> None:
+        ids = list(e.counts)
+        curs.execute(
+            "UPDATE mem_facts f SET times_retrieved = f.times_retrieved + u.n, "
+            "last_retrieved_at = GREATEST(f.last_retrieved_at, u.t) "
+            "FROM unnest(%s::text[], %s::int[], %s::timestamptz[]) AS u(fid, n, t) "
+            "WHERE f.agent_id = %s AND f.fact_id = u.fid",
+            (ids, [int(e.counts[i]) for i in ids], [e.last_at.get(i) for i in ids], e.agent_id),
+        )
+
+    @handles(AgentJobs.ImportanceAssessed)
+    def _importance_assessed(self, curs: Any, e: AgentJobs.ImportanceAssessed) -> None:
+        for table, key, scores in (("mem_facts", "fact_id", e.facts),
+                                   ("mem_entities", "entity_key", e.entities)):
+            if scores:
+                curs.execute(
+                    f"UPDATE {table} t SET importance = u.v "  # noqa: S608 - fixed names
+                    "FROM unnest(%s::text[], %s::real[]) AS u(k, v) "
+                    f"WHERE t.agent_id = %s AND t.{key} = u.k",
+                    (list(scores), [float(v) for v in scores.values()], e.agent_id),
+                )
 
     @handles(AgentMemory.DecisionRejected)
     def _decision_rejected(self, curs: Any, e: AgentMemory.DecisionRejected) -> None:

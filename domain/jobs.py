@@ -1,0 +1,116 @@
+"""What background jobs concluded about an agent's memory, as an event-sourced aggregate.
+
+``AgentJobs`` is one aggregate per agent, apart from ``AgentMemory`` (ADR-0019): a job never
+races the write pipeline for the agent's version numbers, and ``AgentMemory`` — loaded for
+every message — does not grow with job output. Every job result is an event, so a rebuild
+replays it (no job and no LLM runs again) and ``engramdb history`` can show it.
+
+Events carry ``agent_id`` because the read models key rows by agent and this aggregate has no
+row in ``mem_agents``. The state keeps only what the jobs need to stay idempotent: the last
+retrieval-feedback sequence consumed (a notice is never counted twice, even when the broker
+redelivers it) and the last assessed importance of each fact and entity (a run that would
+assess the same values emits nothing).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID, uuid5
+
+from eventsourcing.domain import Aggregate, event
+
+from engramdb.domain.keys import agent_aggregate_id
+
+
+def agent_jobs_id(agent_id: str) -> UUID:
+    """Derived from the agent's aggregate id: every job process finds the same aggregate."""
+    return uuid5(agent_aggregate_id(agent_id), "jobs")
+
+
+class AgentJobs(Aggregate):
+    """Results of the sleep-time jobs of one agent (retrieval feedback, importance)."""
+
+    class Opened(Aggregate.Created):
+        agent_id: str
+
+    class RetrievalsObserved(Aggregate.Event):
+        """Retrieval notices consumed from the feedback stream, aggregated per fact:
+        ``counts[fact_id]`` times returned, ``last_at[fact_id]`` the latest (ISO-8601)
+        time; ``through_sequence`` is the stream sequence of the last notice counted."""
+
+        agent_id: str
+        counts: dict[str, int]
+        last_at: dict[str, str]
+        notices: int
+        through_sequence: int
+
+    class ImportanceAssessed(Aggregate.Event):
+        """New importance of the facts (and entities) whose score changed; ``method`` names
+        the scoring rule, ``reference_time`` the memory clock the recency term was taken at."""
+
+        agent_id: str
+        method: str
+        facts: dict[str, float]
+        entities: dict[str, float]
+        reference_time: datetime
+
+    @staticmethod
+    def create_id(agent_id: str) -> UUID:  # type: ignore[override]
+        return agent_jobs_id(agent_id)
+
+    @event(Opened)
+    def __init__(self, agent_id: str) -> None:
+        self.agent_id = agent_id
+        self.feedback_sequence = 0
+        self.fact_importance: dict[str, float] = {}
+        self.entity_importance: dict[str, float] = {}
+
+    def observe_retrievals(
+        self, counts: dict[str, int], last_at: dict[str, str], notices: int, through_sequence: int
+    ) -> bool:
+        """Record notices after ``feedback_sequence`` (False, nothing emitted, otherwise)."""
+        if through_sequence <= self.feedback_sequence or notices <= 0:
+            return False
+        self._retrievals_observed(
+            agent_id=self.agent_id, counts=dict(sorted(counts.items())),
+            last_at=dict(sorted(last_at.items())), notices=notices,
+            through_sequence=through_sequence,
+        )
+        return True
+
+    @event(RetrievalsObserved)
+    def _retrievals_observed(
+        self, agent_id: str, counts: dict[str, int], last_at: dict[str, str], notices: int,
+        through_sequence: int,
+    ) -> None:
+        self.feedback_sequence = through_sequence
+
+    def assess_importance(
+        self, method: str, facts: dict[str, float], entities: dict[str, float],
+        reference_time: datetime,
+    ) -> bool:
+        """Record the scores that differ from the last assessment (False if none do)."""
+        changed = {k: v for k, v in sorted(facts.items()) if self.fact_importance.get(k) != v}
+        changed_e = {
+            k: v for k, v in sorted(entities.items()) if self.entity_importance.get(k) != v
+        }
+        if not changed and not changed_e:
+            return False
+        self._importance_assessed(
+            agent_id=self.agent_id, method=method, facts=changed, entities=changed_e,
+            reference_time=reference_time,
+        )
+        return True
+
+    @event(ImportanceAssessed)
+    def _importance_assessed(
+        self, agent_id: str, method: str, facts: dict[str, float], entities: dict[str, float],
+        reference_time: datetime,
+    ) -> None:
+        self.fact_importance.update(facts)
+        self.entity_importance.update(entities)
+
+
+def is_job_event(event: Any) -> bool:
+    return isinstance(event, AgentJobs.Event)

@@ -1,0 +1,49 @@
+"""``engramdb jobs run``: one pass of the sleep-time jobs (ADR-0019), and ``jobs list``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+jobs_app = typer.Typer(no_args_is_help=True, help="Sleep-time jobs (importance, feedback).")
+
+
+@jobs_app.command("list")
+def list_jobs() -> None:
+    """The registered jobs, in the order a pass runs them."""
+    from engramdb.services.jobs import JOBS
+
+    for job in JOBS:
+        typer.echo(f"{job.name:12s} {job.description}")
+
+
+@jobs_app.command("run")
+def run(
+    job: Annotated[list[str] | None, typer.Option("--job", help="a job name (repeatable; default: all)")] = None,
+    agent: Annotated[list[str] | None, typer.Option("--agent", help="an agent id (repeatable; default: all)")] = None,
+) -> None:
+    """Run the jobs once for every agent (or those named), with a progress bar. Exit code 1
+    if any job failed or timed out (each is recorded in mem_job_runs; the others still ran)."""
+    from engramdb.infra.database import resolve_nats
+    from engramdb.infra.settings import load_settings
+    from engramdb.services.jobs import JobContext, select
+    from engramdb.services.jobs.runner import run_pass
+    from engramdb.services.memory import Memory
+
+    try:
+        jobs = select(job or None)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    settings = load_settings()
+    with Memory.open(settings, start_projectors=False, quiet=True) as memory:
+        ctx = JobContext(memory, nats_url=resolve_nats(settings), prefix=settings.subject_prefix,
+                         timeout_sec=settings.job_timeout_sec)
+        runs = run_pass(ctx, jobs, agent or None, progress=True)
+    bad = [r for r in runs if r.status in ("failed", "timeout")]
+    for r in runs:
+        if r.status != "ok" or r.events:
+            typer.echo(f"{r.job:12s} {r.agent_id}: {r.status}, {r.events} event(s), "
+                       f"{r.seconds:.2f}s{f' ({r.error})' if r.error else ''}")
+    typer.echo(f"{len(runs)} job run(s): {len(runs) - len(bad)} ok or skipped, {len(bad)} failed")
+    raise typer.Exit(1 if bad else 0)

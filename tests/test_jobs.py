@@ -1,0 +1,206 @@
+"""Sleep-time jobs (issue 12, ADR-0019): retrieval feedback over real NATS JetStream, importance
+scoring into the read model and the formula ranking, corrections from the write pipeline,
+failure/timeout isolation, idempotency and the advisory lock (two runners at once).
+
+Real PostgreSQL and NATS from the fixtures; embedder: ``HashEmbedder`` (deterministic double);
+extractor: the offline rule-based one (no LLM).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from engramdb.domain.corrections import correction_cue
+from engramdb.domain.jobs import AgentJobs, agent_jobs_id
+from engramdb.infra.providers.scripted import HashEmbedder
+from engramdb.services.jobs import JOBS, Job, JobContext, JobTimeout
+from engramdb.services.jobs.runner import run_pass
+from engramdb.services.memory import Memory
+
+
+@pytest.fixture
+def memory(fresh_schema: Any) -> Iterator[Memory]:
+    _, env = fresh_schema("jobs")
+    with Memory.open(env=env, embedder=HashEmbedder(384), llm=None, quiet=True) as mem:
+        yield mem
+
+
+def _facts(memory: Memory, agent: str) -> dict[str, dict[str, Any]]:
+    with memory.pool.connection() as conn:
+        conn.row_factory = psycopg.rows.dict_row
+        rows = conn.execute(
+            "SELECT fact_id, fact_text, importance, times_retrieved, last_retrieved_at, "
+            "is_correction, status FROM mem_facts WHERE agent_id = %s", (agent,)).fetchall()
+        conn.row_factory = psycopg.rows.tuple_row
+    return {r["fact_id"]: r for r in rows}
+
+
+def _job_events(memory: Memory, agent: str) -> list[Any]:
+    return list(memory.app.events.get(agent_jobs_id(agent)))
+
+
+def test_correction_cues() -> None:
+    assert correction_cue("Actually, I live in Lisbon") == "actually"
+    assert correction_cue("não, na verdade eu moro em Lisboa") is not None
+    assert correction_cue("I moved to Lisbon last week") is None
+
+
+def test_a_correction_is_recorded_and_folded(memory: Memory) -> None:
+    agent = f"c-{uuid.uuid4().hex[:6]}"
+    memory.write(agent, "I live in Porto", speaker="Ana")
+    done = memory.write(agent, "Actually, I live in Lisbon", speaker="Ana")
+    memory.wait_for_projections(done.position)
+    facts = _facts(memory, agent)
+    corrected = [f for f in facts.values() if f["is_correction"]]
+    assert [f["fact_text"] for f in corrected] == ["Ana lives in Lisbon"] or (
+        len(corrected) == 1 and "Lisbon" in corrected[0]["fact_text"])
+    kinds = [type(e).__name__ for e in memory.app.agent_events(agent)]
+    assert "CorrectionNoted" in kinds
+
+
+def test_feedback_and_importance_end_to_end(memory: Memory, nats_url: str) -> None:
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    agent = f"i-{uuid.uuid4().hex[:6]}"
+    memory.enable_feedback(nats_url, prefix)
+    for text in ("I live in Porto", "My sister is called Rita", "I work at Vertix"):
+        done = memory.write(agent, text, speaker="Ana")
+    memory.wait_for_projections(done.position)
+    started = time.perf_counter()
+    for _ in range(3):
+        result = memory.retrieve(agent, "Where does Ana work?")
+    assert time.perf_counter() - started < 10
+    used = result.facts[0].fact_id
+    memory.feedback.flush()
+    assert memory.feedback.sent == 3 and memory.feedback.dropped == 0
+
+    ctx = JobContext(memory, nats_url=nats_url, prefix=prefix)
+    runs = run_pass(ctx, agents=[agent])
+    assert [(r.job, r.status, r.events) for r in runs] == [
+        ("feedback", "ok", 1), ("importance", "ok", 1)]
+    memory.wait_for_projections()
+    facts = _facts(memory, agent)
+    assert facts[used]["times_retrieved"] == 3 and facts[used]["last_retrieved_at"] is not None
+    assert facts[used]["importance"] > 0.5
+    assert all(f["importance"] == 0.5 or f["times_retrieved"] for f in facts.values())
+
+    # the formula ranking's importance term sees it; the default ranking is unchanged
+    scored = memory.retrieve(agent, "Where does Ana work?", config_overrides={"ranking": "formula"})
+    by_id = {f.fact_id: f for f in scored.facts}
+    assert by_id[used].scores["importance"] == pytest.approx(facts[used]["importance"], abs=1e-6)
+
+    # idempotent: the same memory again (no new retrievals) emits nothing
+    memory.feedback.flush()
+    before = len(_job_events(memory, agent))
+    runs = run_pass(ctx, agents=[agent], jobs=[j for j in JOBS if j.name == "importance"])
+    assert [r.events for r in runs] == [0]
+    assert len(_job_events(memory, agent)) == before
+
+    # new notices are counted once, from where the log says the job stopped
+    runs = run_pass(ctx, agents=[agent])
+    assert runs[0].events == 1  # the 4th retrieve above (formula ranking) sent a notice
+    assert run_pass(ctx, agents=[agent])[0].events == 0
+    memory.wait_for_projections()
+    assert _facts(memory, agent)[used]["times_retrieved"] == 4
+    kinds = [type(e).__name__ for e in _job_events(memory, agent)]
+    assert kinds.count("RetrievalsObserved") == 2
+
+
+def test_feedback_never_blocks_retrieve_without_a_broker(memory: Memory) -> None:
+    memory.enable_feedback("nats://127.0.0.1:9", "nobroker")  # nothing listens there
+    agent = f"n-{uuid.uuid4().hex[:6]}"
+    done = memory.write(agent, "I live in Porto", speaker="Ana")
+    memory.wait_for_projections(done.position)
+    started = time.perf_counter()
+    for _ in range(5):
+        assert memory.retrieve(agent, "Where does Ana live?").facts
+    assert time.perf_counter() - started < 5.0  # retrieve did not wait for the broker
+
+
+def test_a_failing_or_slow_job_is_recorded_and_the_others_run(memory: Memory) -> None:
+    agent = f"f-{uuid.uuid4().hex[:6]}"
+    done = memory.write(agent, "I work at Vertix", speaker="Ana")
+    memory.wait_for_projections(done.position)
+
+    def broken(ctx: JobContext, agent_id: str) -> int:
+        raise RuntimeError("boom")
+
+    def slow(ctx: JobContext, agent_id: str) -> int:
+        time.sleep(1.1)
+        ctx.check_deadline()
+        return 0
+
+    jobs = [Job("broken", broken, ""), Job("slow", slow, ""),
+            *[j for j in JOBS if j.name == "importance"]]
+    ctx = JobContext(memory, timeout_sec=1.0)
+    runs = run_pass(ctx, jobs, [agent])
+    assert [r.status for r in runs] == ["failed", "timeout", "ok"]
+    assert "boom" in (runs[0].error or "")
+    with memory.pool.connection() as conn:
+        rows = dict(conn.execute(
+            "SELECT job, status FROM mem_job_runs WHERE agent_id = %s", (agent,)).fetchall())
+    assert rows == {"broken": "failed", "slow": "timeout", "importance": "ok"}
+    with pytest.raises(JobTimeout):
+        ctx.deadline = time.monotonic() - 1
+        ctx.check_deadline()
+
+
+def test_two_runners_never_run_a_job_twice_for_an_agent(memory: Memory, pg_url: str) -> None:
+    agents = [f"l-{uuid.uuid4().hex[:6]}-{i}" for i in range(3)]
+    for agent in agents:
+        memory.write(agent, "I work at Vertix", speaker="Ana")
+        done = memory.write(agent, "My sister is called Rita", speaker="Ana")
+    memory.wait_for_projections(done.position)
+    importance = [j for j in JOBS if j.name == "importance"]
+
+    # a lock held elsewhere: the runner skips that agent
+    key = f"{memory.schema}/importance"
+    with psycopg.connect(pg_url, autocommit=True) as other:
+        other.execute("SELECT pg_advisory_lock(hashtext(%s), hashtext(%s))", (key, agents[0]))
+        runs = run_pass(JobContext(memory), importance, agents[:1])
+        assert [r.status for r in runs] == ["skipped"]
+
+    # two runners at once, slowed inside the job so they overlap: never both on one agent
+    # (a later pass may run a pair again once the first finished; it then emits nothing)
+    gate = threading.Barrier(2)
+    active: set[str] = set()
+    overlaps: list[str] = []
+    guard = threading.Lock()
+
+    def slow_importance(ctx: JobContext, agent_id: str) -> int:
+        with guard:
+            if agent_id in active:
+                overlaps.append(agent_id)
+            active.add(agent_id)
+        time.sleep(0.2)
+        try:
+            return importance[0].run(ctx, agent_id)
+        finally:
+            with guard:
+                active.discard(agent_id)
+
+    job = [Job("importance", slow_importance, "")]
+    results: list[Any] = []
+
+    def runner() -> None:
+        gate.wait()
+        results.extend(run_pass(JobContext(memory), job, agents))
+
+    threads = [threading.Thread(target=runner) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert overlaps == []
+    assert any(r.status == "skipped" for r in results)
+    assert sum(r.events for r in results) == len(agents)  # each agent assessed once
+    for agent in agents:
+        kinds = [type(e).__name__ for e in _job_events(memory, agent)]
+        assert kinds.count("ImportanceAssessed") == 1
+    assert isinstance(memory.app.repository.get(agent_jobs_id(agents[0])), AgentJobs)
