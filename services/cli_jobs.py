@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -47,3 +47,22 @@ def run(
                        f"{r.seconds:.2f}s{f' ({r.error})' if r.error else ''}")
     typer.echo(f"{len(runs)} job run(s): {len(runs) - len(bad)} ok or skipped, {len(bad)} failed")
     raise typer.Exit(1 if bad else 0)
+
+
+@jobs_app.command("history")
+def history(agent: Annotated[str, typer.Option("--agent")]) -> None:
+    """What the jobs concluded for an agent, from the log (``AgentJobs`` events, oldest first;
+    ``engramdb history`` shows the memory decisions, corrections included)."""
+    import json
+
+    from engramdb.domain.jobs import agent_jobs_id
+    from engramdb.services.memory import Memory
+
+    with Memory.open(start_projectors=False, quiet=True) as memory:
+        events: list[Any] = list(memory.app.events.get(agent_jobs_id(agent)))
+    for e in events:
+        fields = {k: v for k, v in vars(e).items()
+                  if k not in ("originator_id", "originator_version", "timestamp",
+                               "originator_topic")}
+        typer.echo(json.dumps({"version": e.originator_version, "event": type(e).__name__,
+                               "recorded_at": e.timestamp.isoformat(), **fields}, default=str))

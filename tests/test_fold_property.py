@@ -4,7 +4,8 @@
 A hypothesis state machine drives two agents' aggregates with random decisions (register,
 alias, merge, add, update, confirm, retract, forget, relate, reject), with conversation times that
 may go backwards (backfilled messages), saves them, and compares after waiting for the
-projection. Embedder: ``HashEmbedder`` (deterministic test double).
+projection. Job events (``AgentJobs``: retrievals observed, importance assessed; ADR-0019) and
+corrections interleave with the decisions; the fold then reads the whole log in order. Embedder: ``HashEmbedder`` (deterministic test double).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_s
 from psycopg.rows import dict_row
 
 from engramdb.domain.errors import DecisionRejected
-from engramdb.domain.fold import FactRow, fold_facts
+from engramdb.domain.fold import FactFold, FactRow
+from engramdb.domain.jobs import AgentJobs
 from engramdb.domain.payloads import FactPayload, fact_sources
 from engramdb.infra.providers.scripted import HashEmbedder
 from engramdb.projections.runner import ProjectionSet
@@ -132,12 +134,57 @@ def test_projection_equals_pure_fold(pg_url: str, fresh_schema: Any) -> None:
         def forget(self, a: int, skew: int) -> None:
             self._save(self.agents[a], lambda m: m.forget(self.at(skew), "user request", {"by": "h"}))
 
+        @rule(a=st.integers(0, 1), pick=st.integers(0, 50), text=st.sampled_from(TEXTS))
+        def correct(self, a: int, pick: int, text: str) -> None:
+            def command(m: Any) -> None:
+                target = self._target(m, pick)
+                name = m.active_facts[target][0].split(":")[1]
+                new = self._fact(m, name, text, 0, [])
+                m.update_fact(target, new)
+                m.note_correction(new.fact_id, target, f"m{self.clock}", "actually")
+            self._save(self.agents[a], command)
+
+        def _jobs(self, agent: str, command: Any) -> None:
+            try:
+                jobs: Any = app.repository.get(AgentJobs.create_id(agent))
+            except Exception:  # noqa: BLE001 - first job event of this agent
+                jobs = AgentJobs(agent_id=agent)
+            command(jobs)
+            recordings = app.save(jobs)
+            if recordings:
+                self.position = recordings[-1].notification.id
+
+        def _known(self, a: int, picks: list[int]) -> list[str]:
+            known = sorted(f for (agent, f) in self.fold().rows if agent == self.agents[a])
+            return [known[p % len(known)] for p in picks] + ["f-unknown"] if known else []
+
+        @rule(a=st.integers(0, 1), picks=st.lists(st.integers(0, 50), max_size=3),
+              n=st.integers(1, 3), skew=st.integers(-30, 5))
+        def retrieved(self, a: int, picks: list[int], n: int, skew: int) -> None:
+            ids = self._known(a, picks)
+            at = self.at(skew).isoformat()
+            self._jobs(self.agents[a], lambda j: j.observe_retrievals(
+                dict.fromkeys(ids, n), dict.fromkeys(ids, at), n, j.feedback_sequence + n))
+
+        @rule(a=st.integers(0, 1), picks=st.lists(st.integers(0, 50), max_size=3),
+              value=st.sampled_from([0.5, 0.6, 0.713, 0.95]))
+        def assess(self, a: int, picks: list[int], value: float) -> None:
+            ids = self._known(a, picks)
+            self._jobs(self.agents[a], lambda j: j.assess_importance(
+                "test", dict.fromkeys(ids, value), {}, self.at(0)))
+
+        def fold(self) -> FactFold:
+            head = app.recorder.max_notification_id() or 0
+            notes = app.recorder.select_notifications(1, head + 1) if head else []
+            return FactFold().apply_all(app.mapper.to_domain_event(n) for n in notes)
+
         @precondition(lambda self: self.position > 0)
         @rule()
         def check(self) -> None:
             projections.wait(self.position, timeout=20)
+            folded = self.fold()
             for agent in self.agents:
-                expected = fold_facts(app.agent_events(agent))
+                expected = {f: row for (a, f), row in folded.rows.items() if a == agent}
                 actual = table_rows(agent)
                 assert set(actual) == set(expected)
                 for fid, row in expected.items():

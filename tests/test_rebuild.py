@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from engramdb.domain.aggregate import MessageRecord
+from engramdb.domain.jobs import AgentJobs
 from engramdb.domain.payloads import FactPayload
 from engramdb.infra.providers.scripted import HashEmbedder
 from engramdb.projections.embeddings import CountingEmbedder
@@ -55,6 +56,12 @@ def dump(url: str, schema: str) -> dict[str, list[tuple[Any, ...]]]:
     return out
 
 
+def _columns(url: str, schema: str, table: str, columns: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(url) as conn:
+        conn.execute(f'SET search_path TO "{schema}", public')
+        return conn.execute(f"SELECT {columns} FROM {table}").fetchall()
+
+
 def drive(app: MemoryApplication, agent: str, messages: int, start: int = 0) -> int:
     """A little conversation per agent touching every event kind; returns the last position."""
     mem = app.agent_memory(agent)
@@ -82,9 +89,26 @@ def drive(app: MemoryApplication, agent: str, messages: int, start: int = 0) -> 
             mem.merge_entities("person:bob", "person:bo", f"m{i}", "same")
         if i == start + 5 and agent.endswith("-b"):  # forget the agent (ADR-0016)
             mem.forget(at, "user request", BY)
+        if i % 3 == 2 and mem.is_active(f"u{i}"):  # the user corrected it (ADR-0019)
+            mem.note_correction(f"u{i}", f"f{i - 1}", f"m{i}", "actually")
         rec.complete({"extractor": "test"}, {}, None, None, 0, {})
         pos = app.save(mem, rec)[-1].notification.id
+        if i % 4 == 3:  # sleep-time jobs: retrieval feedback and importance (ADR-0019)
+            pos = _job_events(app, agent, i, at)
     return pos
+
+
+def _job_events(app: MemoryApplication, agent: str, i: int, at: datetime) -> int:
+    try:
+        jobs: Any = app.repository.get(AgentJobs.create_id(agent))
+    except Exception:  # noqa: BLE001 - not yet created
+        jobs = AgentJobs(agent_id=agent)
+    ids = [f"f{i}", f"f{i - 1}", "no-such-fact"]
+    jobs.observe_retrievals({k: 2 for k in ids}, {k: at.isoformat() for k in ids}, 2,
+                            jobs.feedback_sequence + 2)
+    jobs.assess_importance("test", {f"f{i}": 0.5 + i / 100, f"f{i - 2}": 0.777},
+                           {"person:ana": 0.6 + i / 1000, "person:bo": 0.55}, at)
+    return app.save(jobs)[-1].notification.id
 
 
 @pytest.fixture
@@ -107,6 +131,11 @@ def test_rebuild_equals_incremental_and_never_re_embeds(pg_url: str, store: Any)
     assert any(r for r in incremental["mem_entities"] if r[5] == "person:bo")  # merged
     assert incremental["mem_hidden_messages"] and incremental["mem_forgotten"]
     assert any(r for r in incremental["mem_facts"] if "forgotten" in r)
+    # job events and corrections reached the tables (importance, usage, correction flags)
+    facts = _columns(pg_url, schema, "mem_facts", "importance, times_retrieved, is_correction")
+    assert {0.777, 0.53} <= {r[0] for r in facts} and any(r[1] == 2 for r in facts)
+    assert any(r[2] for r in facts)
+    assert 0.55 in {r[0] for r in _columns(pg_url, schema, "mem_entities", "importance")}
 
     cold = embedder.texts
     counting = CountingEmbedder(HashEmbedder())
