@@ -21,10 +21,10 @@ Semantics (one row per fact, ADR-0005):
   ``valid_to`` = ``forgotten_at``, ``invalidated_at`` = event timestamp;
 - ``EntitiesMerged``: facts whose subject is the merged entity move to the surviving one;
 - ``CorrectionNoted``: the correcting fact gets ``is_correction`` (ADR-0019);
-- job events (``domain.jobs.AgentJobs``, another aggregate, so no ``event_versions`` entry):
-  ``RetrievalsObserved`` adds its counts to ``times_retrieved`` and moves
-  ``last_retrieved_at`` to the latest time; ``ImportanceAssessed`` sets ``importance``.
-  Both skip facts they do not know, as the projector's UPDATE does;
+- job events (``domain.jobs.AgentJobs``, another aggregate, so no ``event_versions`` entry)
+  fold into ``UsageRow``s (``mem_fact_usage``), not the fact rows: ``RetrievalsObserved``
+  adds its counts to ``times_retrieved`` and moves ``last_retrieved_at`` to the latest time;
+  ``ImportanceAssessed`` sets ``importance``. Both skip facts the fold does not know;
 - every AgentMemory event touching a fact appends its aggregate version to ``event_versions`` (the audit
   fetches exactly those events from the log).
 """
@@ -71,7 +71,6 @@ class FactRow:
     superseded_by: str | None = None
     last_confirmed_at: datetime | None = None
     times_retrieved: int = 0
-    last_retrieved_at: datetime | None = None
     is_correction: bool = False
     event_versions: list[int] = field(default_factory=list)
 
@@ -82,6 +81,17 @@ class FactRow:
             source_message_ids=list(self.source_message_ids),
             event_versions=list(self.event_versions),
         )
+
+
+@dataclass
+class UsageRow:
+    """One row of ``mem_fact_usage``: what the sleep-time jobs learnt about a fact."""
+
+    agent_id: str
+    fact_id: str
+    importance: float | None = None
+    times_retrieved: int = 0
+    last_retrieved_at: datetime | None = None
 
 
 def new_fact_row(
@@ -128,6 +138,7 @@ class FactFold:
         self.default_agent_id = agent_id
         self.agents: dict[UUID, str] = {}
         self.rows: dict[tuple[str, str], FactRow] = {}
+        self.usage: dict[tuple[str, str], UsageRow] = {}
 
     def agent_of(self, event: AgentMemory.Event) -> str:
         agent = self.agents.get(event.originator_id, self.default_agent_id)
@@ -220,10 +231,15 @@ class FactFold:
         row.is_correction = True
         row.event_versions.append(e.originator_version)
 
+    def _usage(self, agent: str, fact_id: str) -> UsageRow | None:
+        if (agent, fact_id) not in self.rows:
+            return None
+        return self.usage.setdefault((agent, fact_id), UsageRow(agent, fact_id))
+
     @_on.register
     def _retrievals_observed(self, e: AgentJobs.RetrievalsObserved) -> None:
         for fact_id, count in e.counts.items():
-            row = self.rows.get((e.agent_id, fact_id))
+            row = self._usage(e.agent_id, fact_id)
             if row is not None:
                 row.times_retrieved += int(count)
                 at = e.last_at.get(fact_id)
@@ -234,7 +250,7 @@ class FactFold:
     @_on.register
     def _importance_assessed(self, e: AgentJobs.ImportanceAssessed) -> None:
         for fact_id, importance in e.facts.items():
-            row = self.rows.get((e.agent_id, fact_id))
+            row = self._usage(e.agent_id, fact_id)
             if row is not None:
                 row.importance = float(importance)
 

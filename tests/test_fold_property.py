@@ -47,6 +47,13 @@ def test_projection_equals_pure_fold(pg_url: str, fresh_schema: Any) -> None:
             ).fetchall()
         return {r["fact_id"]: r for r in rows}
 
+    def usage_rows(agent: str) -> dict[str, dict[str, Any]]:
+        with psycopg.connect(pg_url, row_factory=dict_row) as conn:
+            conn.execute(f'SET search_path TO "{schema}", public')
+            rows = conn.execute("SELECT * FROM mem_fact_usage WHERE agent_id = %s",
+                                (agent,)).fetchall()
+        return {r["fact_id"]: r for r in rows}
+
     class Decisions(RuleBasedStateMachine):
         def __init__(self) -> None:
             super().__init__()
@@ -190,6 +197,8 @@ def test_projection_equals_pure_fold(pg_url: str, fresh_schema: Any) -> None:
                 for fid, row in expected.items():
                     # real columns come back as the shortest decimal of the float4: 0.6
                     assert actual[fid] == vars(row), fid
+                usage = {f: vars(u) for (a, f), u in folded.usage.items() if a == agent}
+                assert usage_rows(agent) == usage
 
         def teardown(self) -> None:
             if self.position:

@@ -36,8 +36,10 @@ def _facts(memory: Memory, agent: str) -> dict[str, dict[str, Any]]:
     with memory.pool.connection() as conn:
         conn.row_factory = psycopg.rows.dict_row
         rows = conn.execute(
-            "SELECT fact_id, fact_text, importance, times_retrieved, last_retrieved_at, "
-            "is_correction, status FROM mem_facts WHERE agent_id = %s", (agent,)).fetchall()
+            "SELECT f.fact_id, f.fact_text, coalesce(u.importance, f.importance) AS importance, "
+            "coalesce(u.times_retrieved, 0) AS times_retrieved, u.last_retrieved_at, "
+            "f.is_correction, f.status FROM mem_facts f LEFT JOIN mem_fact_usage u "
+            "USING (agent_id, fact_id) WHERE agent_id = %s", (agent,)).fetchall()
         conn.row_factory = psycopg.rows.tuple_row
     return {r["fact_id"]: r for r in rows}
 
@@ -88,12 +90,15 @@ def test_feedback_and_importance_end_to_end(memory: Memory, nats_url: str) -> No
     facts = _facts(memory, agent)
     assert facts[used]["times_retrieved"] == 3 and facts[used]["last_retrieved_at"] is not None
     assert facts[used]["importance"] > 0.5
-    assert all(f["importance"] == 0.5 or f["times_retrieved"] for f in facts.values())
+    unused = [f for f in facts.values() if not f["times_retrieved"]]
+    assert unused and max(f["importance"] for f in unused) < facts[used]["importance"]
 
     # the formula ranking's importance term sees it; the default ranking is unchanged
     scored = memory.retrieve(agent, "Where does Ana work?", config_overrides={"ranking": "formula"})
     by_id = {f.fact_id: f for f in scored.facts}
     assert by_id[used].scores["importance"] == pytest.approx(facts[used]["importance"], abs=1e-6)
+    default = {f.fact_id: f for f in memory.retrieve(agent, "Where does Ana work?").facts}
+    assert default[used].scores["importance"] == by_id[used].scores["importance"]  # exposed
 
     # idempotent: the same memory again (no new retrievals) emits nothing
     memory.feedback.flush()
@@ -104,10 +109,10 @@ def test_feedback_and_importance_end_to_end(memory: Memory, nats_url: str) -> No
 
     # new notices are counted once, from where the log says the job stopped
     runs = run_pass(ctx, agents=[agent])
-    assert runs[0].events == 1  # the 4th retrieve above (formula ranking) sent a notice
+    assert runs[0].events == 1  # the two retrieves above (formula, default) sent notices
     assert run_pass(ctx, agents=[agent])[0].events == 0
     memory.wait_for_projections()
-    assert _facts(memory, agent)[used]["times_retrieved"] == 4
+    assert _facts(memory, agent)[used]["times_retrieved"] == 5
     kinds = [type(e).__name__ for e in _job_events(memory, agent)]
     assert kinds.count("RetrievalsObserved") == 2
 

@@ -132,9 +132,9 @@ def test_rebuild_equals_incremental_and_never_re_embeds(pg_url: str, store: Any)
     assert incremental["mem_hidden_messages"] and incremental["mem_forgotten"]
     assert any(r for r in incremental["mem_facts"] if "forgotten" in r)
     # job events and corrections reached the tables (importance, usage, correction flags)
-    facts = _columns(pg_url, schema, "mem_facts", "importance, times_retrieved, is_correction")
-    assert {0.777, 0.53} <= {r[0] for r in facts} and any(r[1] == 2 for r in facts)
-    assert any(r[2] for r in facts)
+    usage = _columns(pg_url, schema, "mem_fact_usage", "importance, times_retrieved")
+    assert {0.777, 0.53} <= {r[0] for r in usage} and any(r[1] == 2 for r in usage)
+    assert any(r[0] for r in _columns(pg_url, schema, "mem_facts", "is_correction"))
     assert 0.55 in {r[0] for r in _columns(pg_url, schema, "mem_entities", "importance")}
 
     cold = embedder.texts

@@ -6,14 +6,16 @@ Rule ``importance-v1`` (SPEC §4; weights in ADR-0019). Each input is a signal i
 - reinforcement: confirmations ``1 - e^(-k/3)``;
 - patterns: patterns it supports (0 until a job writes ``mem_patterns``);
 - connectivity: relationships of its subject + entities it links ``1 - e^(-d/8)``.
-``importance = 0.5 + 0.5 * noisy-OR(w_i * s_i)``: an unused, unconnected fact keeps the
-spec's starting 0.5, and each input can only raise it. An entity scores
+``importance = prior + (1 - prior) * noisy-OR(w_i * s_i)``, ``prior`` the importance the
+fact was decided with (the spec's starting 0.5): an unused, unconnected fact keeps it, and
+each input can only raise it. Scores go to ``mem_fact_usage`` (the prior stays in
+``mem_facts``), so a re-assessment starts from the prior again, never from its own output. An entity scores
 ``0.5 + 0.5 * noisy-OR(0.5 * connectivity, 0.5 * best fact's excess)``.
 
 Recency is measured against the memory's own clock — the latest fact recorded or retrieval
 seen — not the wall clock, so a run on unchanged memory computes the same scores and emits
 nothing (idempotent), and a rebuild never needs the job again. Scores are rounded to 3
-decimals; only those that differ from the read model are sent.
+decimals; only those that differ from the current importance are sent.
 """
 
 from __future__ import annotations
@@ -65,9 +67,11 @@ def fact_signals(f: FactInputs, clock: datetime | None) -> dict[str, float]:
     }
 
 
-def fact_importance(f: FactInputs, clock: datetime | None) -> float:
+def fact_importance(f: FactInputs, clock: datetime | None, prior: float = 0.5) -> float:
+    """``prior``: the importance the fact was decided with (``mem_facts.importance``)."""
     signals = fact_signals(f, clock)
-    return round(0.5 + 0.5 * _noisy_or([WEIGHTS[k] * v for k, v in signals.items()]), 3)
+    boost = _noisy_or([WEIGHTS[k] * v for k, v in signals.items()])
+    return round(prior + (1.0 - prior) * boost, 3)
 
 
 def entity_importance(degree: int, best_fact: float) -> float:
@@ -76,11 +80,13 @@ def entity_importance(degree: int, best_fact: float) -> float:
 
 
 _FACTS_SQL = """
-SELECT f.fact_id, f.entity_key, f.times_retrieved, f.last_retrieved_at, f.is_correction,
-       f.reinforcement_count, f.importance, f.recorded_at,
+SELECT f.fact_id, f.entity_key, coalesce(u.times_retrieved, 0), u.last_retrieved_at,
+       f.is_correction, f.reinforcement_count, f.importance, u.importance, f.recorded_at,
        (SELECT count(*) FROM mem_fact_entities l
          WHERE l.agent_id = f.agent_id AND l.fact_id = f.fact_id AND NOT l.is_primary) AS links
-  FROM mem_facts f WHERE f.agent_id = %(a)s AND f.status = 'active'
+  FROM mem_facts f
+  LEFT JOIN mem_fact_usage u ON u.agent_id = f.agent_id AND u.fact_id = f.fact_id
+ WHERE f.agent_id = %(a)s AND f.status = 'active'
 """
 _DEGREE_SQL = """
 SELECT k, count(DISTINCT other) FROM (
@@ -111,19 +117,19 @@ def _read(ctx: JobContext, agent_id: str) -> tuple[list[Any], dict[str, int], di
 def run(ctx: JobContext, agent_id: str) -> int:
     ctx.memory.wait_for_projections()  # score what the log holds now, feedback included
     rows, degree, patterns, current_entities = _read(ctx, agent_id)
-    times = [t for r in rows for t in (r[7], r[3]) if t is not None]
+    times = [t for r in rows for t in (r[8], r[3]) if t is not None]
     clock = max(times) if times else None
     scores: dict[str, float] = {}
     best: dict[str, float] = {}
     changed: dict[str, float] = {}
-    for i, (fid, entity, n, last, corr, reinf, current, _rec, links) in enumerate(rows):
+    for i, (fid, entity, n, last, corr, reinf, prior, assessed, _rec, links) in enumerate(rows):
         if i % 1000 == 0:
             ctx.check_deadline()
         inputs = FactInputs(fid, entity, int(n), last, bool(corr), int(reinf),
                             patterns.get(fid, 0), degree.get(entity, 0) + int(links))
-        scores[fid] = value = fact_importance(inputs, clock)
+        scores[fid] = value = fact_importance(inputs, clock, float(prior))
         best[entity] = max(best.get(entity, 0.5), value)
-        if round(float(current), 3) != value:
+        if round(float(prior if assessed is None else assessed), 3) != value:
             changed[fid] = value
     entities = {
         key: value for key, current in current_entities.items()

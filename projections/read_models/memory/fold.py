@@ -20,6 +20,7 @@ from engramdb.projections.read_models.memory.tables import (
     ALIASES,
     ENTITIES,
     FACT_ENTITIES,
+    FACT_USAGE,
     FACTS,
     FORGOTTEN,
     HIDDEN_MESSAGES,
@@ -147,6 +148,9 @@ class MemoryFold(BulkFold):
         if table == FACTS.name:
             values = (fact_values(row) for row in self.facts.rows.values())
             return [tuple(v[c] for c in FACTS.row_columns) for v in values]
+        if table == FACT_USAGE.name:
+            return [tuple(vars(u)[c] for c in FACT_USAGE.row_columns)
+                    for u in self.facts.usage.values()]
         if table == ENTITIES.name:
             return [(a, k, *ent) for (a, k), ent in self.entities.items()]
         if table == ALIASES.name:

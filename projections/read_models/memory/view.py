@@ -261,24 +261,34 @@ class MemoryView(ReadModelView):
     def _retrievals_observed(self, curs: Any, e: AgentJobs.RetrievalsObserved) -> None:
         ids = list(e.counts)
         curs.execute(
-            "UPDATE mem_facts f SET times_retrieved = f.times_retrieved + u.n, "
-            "last_retrieved_at = GREATEST(f.last_retrieved_at, u.t) "
+            "INSERT INTO mem_fact_usage AS g (agent_id, fact_id, times_retrieved, "
+            "last_retrieved_at) SELECT f.agent_id, f.fact_id, u.n, u.t "
             "FROM unnest(%s::text[], %s::int[], %s::timestamptz[]) AS u(fid, n, t) "
-            "WHERE f.agent_id = %s AND f.fact_id = u.fid",
+            "JOIN mem_facts f ON f.agent_id = %s AND f.fact_id = u.fid "
+            "ON CONFLICT (agent_id, fact_id) DO UPDATE SET "
+            "times_retrieved = g.times_retrieved + EXCLUDED.times_retrieved, "
+            "last_retrieved_at = GREATEST(g.last_retrieved_at, EXCLUDED.last_retrieved_at)",
             (ids, [int(e.counts[i]) for i in ids], [e.last_at.get(i) for i in ids], e.agent_id),
         )
 
     @handles(AgentJobs.ImportanceAssessed)
     def _importance_assessed(self, curs: Any, e: AgentJobs.ImportanceAssessed) -> None:
-        for table, key, scores in (("mem_facts", "fact_id", e.facts),
-                                   ("mem_entities", "entity_key", e.entities)):
-            if scores:
-                curs.execute(
-                    f"UPDATE {table} t SET importance = u.v "  # noqa: S608 - fixed names
-                    "FROM unnest(%s::text[], %s::real[]) AS u(k, v) "
-                    f"WHERE t.agent_id = %s AND t.{key} = u.k",
-                    (list(scores), [float(v) for v in scores.values()], e.agent_id),
-                )
+        if e.facts:
+            curs.execute(
+                "INSERT INTO mem_fact_usage AS g (agent_id, fact_id, importance) "
+                "SELECT f.agent_id, f.fact_id, u.v "
+                "FROM unnest(%s::text[], %s::real[]) AS u(fid, v) "
+                "JOIN mem_facts f ON f.agent_id = %s AND f.fact_id = u.fid "
+                "ON CONFLICT (agent_id, fact_id) DO UPDATE SET importance = EXCLUDED.importance",
+                (list(e.facts), [float(v) for v in e.facts.values()], e.agent_id),
+            )
+        if e.entities:
+            curs.execute(
+                "UPDATE mem_entities t SET importance = u.v "
+                "FROM unnest(%s::text[], %s::real[]) AS u(k, v) "
+                "WHERE t.agent_id = %s AND t.entity_key = u.k",
+                (list(e.entities), [float(v) for v in e.entities.values()], e.agent_id),
+            )
 
     @handles(AgentMemory.DecisionRejected)
     def _decision_rejected(self, curs: Any, e: AgentMemory.DecisionRejected) -> None:

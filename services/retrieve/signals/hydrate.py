@@ -39,18 +39,21 @@ class FactRow:
 
 def hydrate_facts(conn: Any, agent_id: str, ids: list[str], qvec: str | None) -> dict[str, FactRow]:
     """Rows for candidate ids, with their cosine to the query computed in SQL (so facts found
-    by keyword/graph/spreading get a semantic score too, without shipping vectors)."""
+    by keyword/graph/spreading get a semantic score too, without shipping vectors).
+    Importance is the jobs' assessment when there is one (``mem_fact_usage``, ADR-0019)."""
     if not ids:
         return {}
     rows = conn.execute(
         """
         SELECT f.fact_id, f.entity_key, coalesce(e.display_name, f.entity_key), f.fact_text,
-               f.confidence, f.importance, f.reinforcement_count, f.valid_from,
+               f.confidence, coalesce(u.importance, f.importance), f.reinforcement_count,
+               f.valid_from,
                f.source_message_id, f.source_message_ids,
                CASE WHEN f.embedding IS NULL OR %(q)s::vector IS NULL THEN NULL
                     ELSE 1 - (f.embedding <=> %(q)s::vector) END
           FROM mem_facts f
           LEFT JOIN mem_entities e ON e.agent_id = f.agent_id AND e.entity_key = f.entity_key
+          LEFT JOIN mem_fact_usage u ON u.agent_id = f.agent_id AND u.fact_id = f.fact_id
          WHERE f.agent_id = %(a)s AND f.fact_id = ANY(%(ids)s)
         """,
         {"a": agent_id, "ids": ids, "q": qvec},
