@@ -90,8 +90,6 @@ def test_feedback_and_importance_end_to_end(memory: Memory, nats_url: str) -> No
     facts = _facts(memory, agent)
     assert facts[used]["times_retrieved"] == 3 and facts[used]["last_retrieved_at"] is not None
     assert facts[used]["importance"] > 0.5
-    unused = [f for f in facts.values() if not f["times_retrieved"]]
-    assert unused and max(f["importance"] for f in unused) < facts[used]["importance"]
 
     # the formula ranking's importance term sees it; the default ranking is unchanged
     scored = memory.retrieve(agent, "Where does Ana work?", config_overrides={"ranking": "formula"})
@@ -209,3 +207,59 @@ def test_two_runners_never_run_a_job_twice_for_an_agent(memory: Memory, pg_url: 
         kinds = [type(e).__name__ for e in _job_events(memory, agent)]
         assert kinds.count("ImportanceAssessed") == 1
     assert isinstance(memory.app.repository.get(agent_jobs_id(agents[0])), AgentJobs)
+
+
+def test_importance_rule_orders_what_matters() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from engramdb.services.jobs.importance import FactInputs, fact_importance
+
+    now = datetime(2025, 1, 1, tzinfo=UTC)
+
+    def score(**kw: Any) -> float:
+        base = {"fact_id": "f", "entity_key": "person:a", "times_retrieved": 0,
+                "last_retrieved_at": None, "is_correction": False, "reinforcement_count": 0,
+                "patterns": 0, "degree": 0}
+        return fact_importance(FactInputs(**{**base, **kw}), now)
+
+    plain = score()
+    assert plain == 0.5  # the spec's starting importance, untouched
+    assert score(times_retrieved=5, last_retrieved_at=now) > score(
+        times_retrieved=5, last_retrieved_at=now - timedelta(days=90)) > plain
+    assert score(is_correction=True) > score(reinforcement_count=1) > plain
+    assert score(degree=10) > plain and score(patterns=1) > plain
+    assert 0.5 <= score(times_retrieved=100, last_retrieved_at=now, is_correction=True,
+                        reinforcement_count=9, patterns=9, degree=99) <= 1.0
+
+
+def test_cli_jobs_run_and_the_scheduler(
+    monkeypatch: pytest.MonkeyPatch, pg_url: str, nats_url: str, fresh_schema: Any
+) -> None:
+    from typer.testing import CliRunner
+
+    from engramdb.services.cli import app
+    from engramdb.services.jobs.schedule import JobThread
+
+    schema, env = fresh_schema("jobscli")
+    for key, value in {"DATABASE_URL": pg_url, "NATS_URL": nats_url, "DB_SCHEMA": schema,
+                       "EMBEDDING_MODEL": "hash-bow-384"}.items():
+        monkeypatch.setenv(f"ENGRAMDB_{key}", value)
+    agent = f"cli-{uuid.uuid4().hex[:6]}"
+    with Memory.open(env=env, embedder=HashEmbedder(384), llm=None, quiet=True) as memory:
+        memory.wait_for_projections(memory.write(agent, "I work at Vertix", speaker="Ana").position)
+        memory.write(agent, "My sister is called Rita", speaker="Ana")
+        memory.wait_for_projections()
+        # the scheduler of ``serve --role jobs``: runs each job on its interval, stops cleanly
+        thread = JobThread(JobContext(memory, nats_url=nats_url), {"importance": 3600.0})
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not _job_events(memory, agent):
+            time.sleep(0.2)
+        thread.stop()
+        assert [type(e).__name__ for e in _job_events(memory, agent)][-1] == "ImportanceAssessed"
+    result = CliRunner().invoke(app, ["jobs", "run", "--agent", agent])
+    assert result.exit_code == 0, result.output
+    assert "2 job run(s): 2 ok or skipped, 0 failed" in result.output
+    result = CliRunner().invoke(app, ["jobs", "run", "--job", "nope"])
+    assert result.exit_code != 0 and "known: feedback, importance" in result.output
+    result = CliRunner().invoke(app, ["jobs", "history", "--agent", agent])
+    assert '"event": "ImportanceAssessed"' in result.output

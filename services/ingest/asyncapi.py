@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from engramdb.services.feedback import feedback_stream_name
 from engramdb.services.ingest.faststream_app import build_ingest_app
 from engramdb.services.messages import (
     DEFAULT_PREFIX,
@@ -39,5 +40,10 @@ def asyncapi_document(prefix: str = DEFAULT_PREFIX, nats_url: str = "nats://loca
         f"in stream {deadletter_stream_name(prefix)}; the subject must be the payload agent_id's (else a dead "
         f"letter); a message_id reused with another text is a dead letter (reason 'message id conflict'); "
         f"retrieve (request/reply, core NATS) on {prefix}.retrieve; prefix = ENGRAMDB_SUBJECT_PREFIX"
+    )
+    doc["info"]["x-retrieval-feedback"] = (  # ADR-0019: published by retrieve, read by jobs
+        f"{prefix}.feedback.<agent_token>: JSON {{agent_id, fact_ids, at}} per retrieve, core "
+        f"NATS fire-and-forget, kept by stream {feedback_stream_name(prefix)} (max age "
+        "ENGRAMDB_FEEDBACK_RETENTION_DAYS); consumed by `engramdb jobs run --job feedback`"
     )
     return doc
