@@ -27,6 +27,7 @@ from psycopg import sql
 
 from engramdb.domain.aggregate import AgentMemory, MessageRecord
 from engramdb.domain.erasure import AgentErasedError
+from engramdb.domain.jobs import AgentJobs
 from engramdb.domain.keys import agent_aggregate_id, message_record_id
 from engramdb.infra.crypto_mapper import AgentCipherMapper
 from engramdb.infra.data_keys import DataKeys
@@ -70,7 +71,7 @@ class MemoryApplication(Application[UUID]):
             oid, version = domain_event.originator_id, domain_event.originator_version
             lowest[oid] = min(version, lowest.get(oid, version))
         for oid, aggregate in processing_event.aggregates.items():
-            if not isinstance(aggregate, AgentMemory) or oid not in lowest:
+            if not isinstance(aggregate, (AgentMemory, AgentJobs)) or oid not in lowest:
                 continue
             every = self.snapshot_every
             if aggregate.version // every > (lowest[oid] - 1) // every:

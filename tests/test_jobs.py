@@ -263,3 +263,28 @@ def test_cli_jobs_run_and_the_scheduler(
     assert result.exit_code != 0 and "known: feedback, importance" in result.output
     result = CliRunner().invoke(app, ["jobs", "history", "--agent", agent])
     assert '"event": "ImportanceAssessed"' in result.output
+
+
+def test_agent_jobs_snapshots_load_the_same_state(fresh_schema: Any) -> None:
+    from datetime import UTC, datetime
+
+    from engramdb.services.app import MemoryApplication
+
+    class Small(MemoryApplication):
+        snapshot_every = 2
+
+    _, env = fresh_schema("jobsnap")
+    app = Small(env)
+    try:
+        jobs = AgentJobs(agent_id="a")
+        for k in range(1, 4):
+            jobs.observe_retrievals({"f1": k}, {"f1": "2025-01-01T00:00:00+00:00"}, 1, k)
+            jobs.assess_importance("t", {"f1": 0.5 + k / 10}, {"person:a": 0.6}, datetime.now(UTC))
+            app.save(jobs)
+        assert app.snapshots is not None and list(app.snapshots.get(jobs.id))
+        app.forget_cached(jobs.id)
+        loaded: Any = app.repository.get(jobs.id)
+        assert (loaded.feedback_sequence, loaded.fact_importance) == (3, {"f1": 0.8})
+        assert not loaded.observe_retrievals({"f1": 1}, {}, 1, 3)  # seen: nothing emitted
+    finally:
+        app.close()

@@ -55,6 +55,7 @@ FACTS = Table(
         ("speaker", "text"),
         ("decided_by", "jsonb NOT NULL DEFAULT '{}'::jsonb"),
         ("last_confirmed_at", "timestamptz"),
+        # stays 0: usage counted by the jobs is in ``mem_fact_usage`` (ADR-0019)
         ("times_retrieved", "integer NOT NULL DEFAULT 0"),
         ("event_versions", "integer[] NOT NULL DEFAULT '{}'"),
         (EMBEDDING, VECTOR),
