@@ -2,9 +2,11 @@
 
 For each size: one agent with ``n`` facts spread over 20 entities (linked in a ring of
 relationships, so connectivity is not trivial), ``n / 2`` retrieval notices of 10 facts each
-on the feedback stream, then three passes: the first (``feedback`` consumes every notice,
-``importance`` assesses every fact), a second on unchanged memory (idempotent: no event) and
-the projection of the job events. No LLM is called by any job.
+on the feedback stream (every 100th fact gives its subject a "home": 20 contradictions; all
+facts recent: 20 recurring topics), then the first pass (``feedback`` consumes every notice,
+``consolidation`` finds the patterns, ``importance`` assesses every fact), the projection
+of the job events, and a second pass on unchanged memory (idempotent: no event). No LLM is
+called by any job.
 
     python -m bench.jobs [--sizes 1000 10000]
 
@@ -32,6 +34,7 @@ from engramdb.services.jobs.runner import run_pass
 from engramdb.services.memory import Memory
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
+NOW = datetime.now(UTC)
 ENTITIES = 20
 
 
@@ -51,9 +54,10 @@ def generate(memory: Memory, agent: str, n: int, batch: int = 1000) -> int:
             mem.add_fact(FactPayload(
                 fact_id=f"f{i}", entity_key=keys[i % ENTITIES],
                 linked_entities=[keys[(i + 3) % ENTITIES]] if i % 4 == 0 else [],
-                attribute_key=None, text=f"fact {i}: P{i % ENTITIES} likes item {i}",
+                attribute_key="home" if i % 100 == 0 else None,
+                text=f"fact {i}: P{i % ENTITIES} likes item {i}",
                 category="general", confidence=0.8, importance=0.5, source_message_id=msg,
-                source_message_ids=[msg], speaker="user", valid_from=T0 + timedelta(seconds=i),
+                source_message_ids=[msg], speaker="user", valid_from=NOW - timedelta(seconds=i),
                 decided_by=BY,
             ))
         position = memory.app.save(mem, rec)[-1].notification.id
@@ -73,7 +77,7 @@ def one_size(n: int, nats_url: str) -> dict[str, float]:
         publisher.close()
         ctx = JobContext(memory, nats_url=nats_url, prefix=prefix, timeout_sec=3600)
         out: dict[str, float] = {"notices_sent": publisher.sent}
-        for name in ("feedback", "importance"):
+        for name in ("feedback", "consolidation", "importance"):
             start = time.perf_counter()
             runs = run_pass(ctx, select(name), [agent])
             out[f"{name}_s"] = time.perf_counter() - start
@@ -97,7 +101,8 @@ def main() -> None:
     for n in args.sizes:
         r = one_size(n, nats_url)
         print(f"{n:>7} facts: feedback {r['feedback_s']:.2f}s ({r['notices_sent']:.0f} notices, "
-              f"{r['feedback_events']:.0f} event), importance {r['importance_s']:.2f}s "
+              f"{r['feedback_events']:.0f} event), consolidation {r['consolidation_s']:.2f}s "
+              f"({r['consolidation_events']:.0f} patterns), importance {r['importance_s']:.2f}s "
               f"({r['importance_events']:.0f} event), projecting them {r['project_s']:.2f}s, "
               f"second pass {r['idempotent_pass_s']:.2f}s ({r['idempotent_events']:.0f} events), "
               "0 LLM calls")

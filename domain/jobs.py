@@ -29,7 +29,8 @@ def agent_jobs_id(agent_id: str) -> UUID:
 
 
 class AgentJobs(Aggregate):
-    """Results of the sleep-time jobs of one agent (retrieval feedback, importance)."""
+    """Results of the sleep-time jobs of one agent (retrieval feedback, importance,
+    patterns)."""
 
     class Opened(Aggregate.Created):
         agent_id: str
@@ -55,6 +56,28 @@ class AgentJobs(Aggregate):
         entities: dict[str, float]
         reference_time: datetime
 
+    class PatternObserved(Aggregate.Event):
+        """A meta-observation (English ``text``) and its evidence. ``method`` says who found
+        it: ``deterministic:<detector>`` offline, or an LLM (whose answer is ``llm_output``,
+        so a replay never asks again). Same ``pattern_id`` again = the pattern changed."""
+
+        agent_id: str
+        pattern_id: str
+        kind: str
+        text: str
+        fact_ids: list[str]
+        message_ids: list[str]
+        confidence: float
+        method: str
+        llm_output: str | None
+
+    class PatternRetired(Aggregate.Event):
+        """The pattern's evidence no longer holds (e.g. a contradiction was resolved)."""
+
+        agent_id: str
+        pattern_id: str
+        reason: str
+
     @staticmethod
     def create_id(agent_id: str) -> UUID:  # type: ignore[override]
         return agent_jobs_id(agent_id)
@@ -65,6 +88,8 @@ class AgentJobs(Aggregate):
         self.feedback_sequence = 0
         self.fact_importance: dict[str, float] = {}
         self.entity_importance: dict[str, float] = {}
+        # pattern_id -> [text, fact_ids, confidence]: the patterns standing now
+        self.patterns: dict[str, list[Any]] = {}
 
     def observe_retrievals(
         self, counts: dict[str, int], last_at: dict[str, str], notices: int, through_sequence: int
@@ -110,6 +135,39 @@ class AgentJobs(Aggregate):
     ) -> None:
         self.fact_importance.update(facts)
         self.entity_importance.update(entities)
+
+
+    def observe_pattern(
+        self, pattern_id: str, kind: str, text: str, fact_ids: list[str],
+        message_ids: list[str], confidence: float, method: str, llm_output: str | None = None,
+    ) -> bool:
+        """Record a pattern that is new or changed (False if it stands as it is)."""
+        fact_ids = sorted(set(fact_ids))
+        if self.patterns.get(pattern_id) == [text, fact_ids, confidence]:
+            return False
+        self._pattern_observed(
+            agent_id=self.agent_id, pattern_id=pattern_id, kind=kind, text=text,
+            fact_ids=fact_ids, message_ids=sorted(set(message_ids)), confidence=confidence,
+            method=method, llm_output=llm_output,
+        )
+        return True
+
+    @event(PatternObserved)
+    def _pattern_observed(
+        self, agent_id: str, pattern_id: str, kind: str, text: str, fact_ids: list[str],
+        message_ids: list[str], confidence: float, method: str, llm_output: str | None,
+    ) -> None:
+        self.patterns[pattern_id] = [text, fact_ids, confidence]
+
+    def retire_pattern(self, pattern_id: str, reason: str) -> bool:
+        if pattern_id not in self.patterns:
+            return False
+        self._pattern_retired(agent_id=self.agent_id, pattern_id=pattern_id, reason=reason)
+        return True
+
+    @event(PatternRetired)
+    def _pattern_retired(self, agent_id: str, pattern_id: str, reason: str) -> None:
+        self.patterns.pop(pattern_id, None)
 
 
 def is_job_event(event: Any) -> bool:

@@ -69,6 +69,7 @@ class Settings(BaseSettings):
     # Sleep-time jobs (ADR-0019): ``serve --role jobs`` runs each every N seconds
     job_feedback_interval_sec: float = Field(default=300.0, gt=0)
     job_importance_interval_sec: float = Field(default=3600.0, gt=0)
+    job_consolidation_interval_sec: float = Field(default=3600.0, gt=0)
     job_timeout_sec: float = Field(default=600.0, gt=0, description="per job and agent")
     feedback_retention_days: float = Field(default=30.0, gt=0, description="feedback stream max age")
 

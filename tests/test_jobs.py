@@ -84,7 +84,7 @@ def test_feedback_and_importance_end_to_end(memory: Memory, nats_url: str) -> No
 
     ctx = JobContext(memory, nats_url=nats_url, prefix=prefix)
     runs = run_pass(ctx, agents=[agent])
-    assert [(r.job, r.status, r.events) for r in runs] == [
+    assert [(r.job, r.status, r.events) for r in runs if r.job != "consolidation"] == [
         ("feedback", "ok", 1), ("importance", "ok", 1)]
     memory.wait_for_projections()
     facts = _facts(memory, agent)
@@ -258,9 +258,9 @@ def test_cli_jobs_run_and_the_scheduler(
         assert [type(e).__name__ for e in _job_events(memory, agent)][-1] == "ImportanceAssessed"
     result = CliRunner().invoke(app, ["jobs", "run", "--agent", agent])
     assert result.exit_code == 0, result.output
-    assert "2 job run(s): 2 ok or skipped, 0 failed" in result.output
+    assert "3 job run(s): 3 ok or skipped, 0 failed" in result.output
     result = CliRunner().invoke(app, ["jobs", "run", "--job", "nope"])
-    assert result.exit_code != 0 and "known: feedback, importance" in result.output
+    assert result.exit_code == 2 and "unknown job" in result.output
     result = CliRunner().invoke(app, ["jobs", "history", "--agent", agent])
     assert '"event": "ImportanceAssessed"' in result.output
 
@@ -288,3 +288,66 @@ def test_agent_jobs_snapshots_load_the_same_state(fresh_schema: Any) -> None:
         assert not loaded.observe_retrievals({"f1": 1}, {}, 1, 3)  # seen: nothing emitted
     finally:
         app.close()
+
+
+def test_consolidation_finds_contradictions_repeats_and_topics(memory: Memory) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from engramdb.domain.payloads import FactPayload
+
+    agent = f"p-{uuid.uuid4().hex[:6]}"
+    t0 = datetime(2025, 3, 1, tzinfo=UTC)
+    mem = memory.app.agent_memory(agent)
+    mem.register_entity("person:ana", "Ana", "person", None, {"by": "t"})
+
+    def add(fid: str, text: str, attribute: str | None = None, days: int = 0) -> None:
+        mem.add_fact(FactPayload(
+            fact_id=fid, entity_key="person:ana", linked_entities=[], attribute_key=attribute,
+            text=text, category="general", confidence=0.8, importance=0.5,
+            source_message_id=f"m-{fid}", source_message_ids=[f"m-{fid}"], speaker="Ana",
+            valid_from=datetime.now(UTC) - timedelta(days=days), decided_by={"by": "t"}))
+
+    add("f1", "Ana lives in Porto", "residence")
+    add("f2", "Ana lives in Lisbon", "residence")
+    add("f3", "Ana likes green tea")
+    mem.confirm_fact("f3", "m-x", datetime.now(UTC))
+    mem.confirm_fact("f3", "m-y", datetime.now(UTC))
+    add("f4", "Ana was born in 1990", days=400)
+    memory.app.save(mem)
+    memory.wait_for_projections()
+    consolidation = [j for j in JOBS if j.name == "consolidation"]
+    ctx = JobContext(memory)
+    assert run_pass(ctx, consolidation, [agent])[0].events == 3
+    memory.wait_for_projections()
+    with memory.pool.connection() as conn:
+        rows = {r[0]: r[1:] for r in conn.execute(
+            "SELECT kind, pattern_text, supporting_fact_ids, method FROM mem_patterns "
+            "WHERE agent_id = %s", (agent,))}
+    assert set(rows) == {"contradiction", "repeated", "recurring topic"}
+    assert rows["contradiction"][1] == ["f1", "f2"] and "Porto" in rows["contradiction"][0]
+    assert rows["repeated"][1] == ["f3"] and "3 times" in rows["repeated"][0]
+    assert "f4" not in rows["recurring topic"][1]  # older than the lookback
+    assert rows["contradiction"][2] == "deterministic:contradiction"
+    result = memory.retrieve(agent, "Where does Ana live?")
+    assert "Observed patterns:" in result.context and "Conflicting facts" in result.context
+    assert run_pass(ctx, consolidation, [agent])[0].events == 0  # idempotent
+
+    # pattern participation raises importance
+    run_pass(ctx, [j for j in JOBS if j.name == "importance"], [agent])
+    memory.wait_for_projections()
+    facts = _facts(memory, agent)
+    assert facts["f3"]["importance"] > facts["f4"]["importance"]
+
+    # resolving the contradiction retires it (and the topic pattern changes)
+    mem = memory.app.agent_memory(agent)
+    mem.retract_fact("f1", None, datetime.now(UTC), "wrong", {"by": "t"})
+    memory.app.save(mem)
+    memory.wait_for_projections()
+    assert run_pass(ctx, consolidation, [agent])[0].events >= 1
+    memory.wait_for_projections()
+    with memory.pool.connection() as conn:
+        kinds = {r[0] for r in conn.execute(
+            "SELECT kind FROM mem_patterns WHERE agent_id = %s", (agent,))}
+    assert kinds == {"repeated"}  # 2 recent facts left: no longer a recurring topic
+    names = [type(e).__name__ for e in _job_events(memory, agent)]
+    assert names.count("PatternRetired") == 2 and t0 < datetime.now(UTC)

@@ -108,6 +108,10 @@ def _job_events(app: MemoryApplication, agent: str, i: int, at: datetime) -> int
                             jobs.feedback_sequence + 2)
     jobs.assess_importance("test", {f"f{i}": 0.5 + i / 100, f"f{i - 2}": 0.777},
                            {"person:ana": 0.6 + i / 1000, "person:bo": 0.55}, at)
+    jobs.observe_pattern(f"p{i % 2}", "repeated", f"pattern {i}", [f"f{i}"], [f"m{i}"], 0.7,
+                         "deterministic:repeated")
+    if i % 8 == 7:
+        jobs.retire_pattern("p1", "gone")
     return app.save(jobs)[-1].notification.id
 
 
@@ -136,6 +140,7 @@ def test_rebuild_equals_incremental_and_never_re_embeds(pg_url: str, store: Any)
     assert {0.777, 0.53} <= {r[0] for r in usage} and any(r[1] == 2 for r in usage)
     assert any(r[0] for r in _columns(pg_url, schema, "mem_facts", "is_correction"))
     assert 0.55 in {r[0] for r in _columns(pg_url, schema, "mem_entities", "importance")}
+    assert incremental["mem_patterns"]
 
     cold = embedder.texts
     counting = CountingEmbedder(HashEmbedder())

@@ -10,12 +10,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from engramdb.projections.read_model import ReadModel
-from engramdb.projections.read_models import conversation, memory, patterns
+from engramdb.projections.read_models import conversation, memory
 
+# ``mem_patterns`` (``read_models.patterns``) belongs to ``memory`` since its job events
+# exist (ADR-0019)
 READ_MODELS: tuple[ReadModel, ...] = (
     conversation.READ_MODEL,
     memory.READ_MODEL,
-    patterns.READ_MODEL,
 )
 
 BY_NAME: dict[str, ReadModel] = {rm.name: rm for rm in READ_MODELS}

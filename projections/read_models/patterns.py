@@ -1,10 +1,10 @@
-"""Read model ``patterns``: meta-observations about an agent ("prefers working late"), each
-supported by facts. Retrieval already reads them (``matching_patterns``).
+"""``mem_patterns``: meta-observations about an agent ("prefers working late"), each
+supported by facts, and the query retrieval reads them with (``matching_patterns``).
 
-Empty until the background jobs that derive patterns exist: no event is handled yet, so the
-registry runs no projector for it (``ReadModel.projected``) — schema setup creates the table and
-rebuild recreates it, empty. When a job starts emitting pattern events, handlers go on
-``PatternsView``/``PatternsFold`` and this becomes an ordinary projected read model.
+The table belongs to the ``memory`` read model (ADR-0019): patterns come from job events
+(``AgentJobs.PatternObserved``/``PatternRetired``) that name facts, and projecting them in
+the same model as the facts keeps one position for both and needs no third projector. This
+module keeps the table's declaration and its query, as before.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from engramdb.projections.read_model import BulkFold, ReadModel, ReadModelView
 from engramdb.projections.tables import Table
 
 PATTERNS = Table(
@@ -24,24 +23,14 @@ PATTERNS = Table(
         ("supporting_fact_ids", "text[] NOT NULL DEFAULT '{}'"),
         ("confidence", "real NOT NULL DEFAULT 0.5"),
         ("recorded_at", "timestamptz NOT NULL"),
+        # ADR-0019: what kind of pattern, who found it, the turns it rests on
+        ("kind", "text NOT NULL DEFAULT ''"),
+        ("method", "text NOT NULL DEFAULT ''"),
+        ("message_ids", "text[] NOT NULL DEFAULT '{}'"),
     ),
     primary_key=("agent_id", "pattern_id"),
+    added=("kind", "method", "message_ids"),
 )
-
-
-class PatternsView(ReadModelView):
-    projection_name = "patterns"
-    tables = (PATTERNS,)
-
-
-class PatternsFold(BulkFold):
-    def rows(self, table: str) -> list[tuple[Any, ...]]:
-        if table != PATTERNS.name:
-            raise KeyError(table)
-        return []
-
-
-READ_MODEL = ReadModel(PatternsView, PatternsFold)
 
 
 def matching_patterns(

@@ -28,5 +28,6 @@ def start_jobs(memory: Any, settings: Any, nats_url: str | None) -> JobThread:
                      timeout_sec=settings.job_timeout_sec)
     return JobThread(ctx, {
         "feedback": settings.job_feedback_interval_sec,
+        "consolidation": settings.job_consolidation_interval_sec,
         "importance": settings.job_importance_interval_sec,
     })

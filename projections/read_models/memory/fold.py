@@ -24,11 +24,13 @@ from engramdb.projections.read_models.memory.tables import (
     FACTS,
     FORGOTTEN,
     HIDDEN_MESSAGES,
+    PATTERNS,
     REJECTIONS,
     RELATIONSHIPS,
     fact_values,
     hidden_message_rows,
     merge_relationship_rows,
+    pattern_row,
     relationship_strength,
 )
 
@@ -45,6 +47,7 @@ class MemoryFold(BulkFold):
         self.rejections: list[tuple[Any, ...]] = []
         self.hidden: dict[tuple[str, str], tuple[Any, ...]] = {}
         self.forgotten: list[tuple[Any, ...]] = []
+        self.patterns: dict[tuple[str, str], tuple[Any, ...]] = {}
 
     def apply(self, event: Any) -> None:
         if not isinstance(event, (AgentMemory.Event, AgentJobs.Event)):
@@ -132,6 +135,14 @@ class MemoryFold(BulkFold):
             if ent is not None:
                 ent[5] = float(value)
 
+    @handles(AgentJobs.PatternObserved)
+    def _pattern_observed(self, e: AgentJobs.PatternObserved) -> None:
+        self.patterns[(e.agent_id, e.pattern_id)] = pattern_row(e)
+
+    @handles(AgentJobs.PatternRetired)
+    def _pattern_retired(self, e: AgentJobs.PatternRetired) -> None:
+        self.patterns.pop((e.agent_id, e.pattern_id), None)
+
     @handles(AgentMemory.DecisionRejected)
     def _decision_rejected(self, e: AgentMemory.DecisionRejected) -> None:
         self.rejections.append(
@@ -166,6 +177,8 @@ class MemoryFold(BulkFold):
             return list(self.rejections)
         if table == HIDDEN_MESSAGES.name:
             return list(self.hidden.values())
+        if table == PATTERNS.name:
+            return list(self.patterns.values())
         if table == FORGOTTEN.name:
             return list(self.forgotten)
         raise KeyError(table)

@@ -17,6 +17,7 @@ from typing import Any
 
 from engramdb.domain.fold import FactRow
 from engramdb.projections.read_model import jsonb
+from engramdb.projections.read_models.patterns import PATTERNS
 from engramdb.projections.search import SEARCH_FUNCTIONS, search_columns, search_index
 from engramdb.projections.tables import EMBEDDING, VECTOR, Table
 
@@ -201,7 +202,7 @@ FACT_USAGE = Table(
     primary_key=("agent_id", "fact_id"),
 )
 
-TABLES = (AGENTS, FACTS, FACT_USAGE, ENTITIES, ALIASES, RELATIONSHIPS, FACT_ENTITIES, REJECTIONS,
+TABLES = (AGENTS, FACTS, FACT_USAGE, PATTERNS, ENTITIES, ALIASES, RELATIONSHIPS, FACT_ENTITIES, REJECTIONS,
           HIDDEN_MESSAGES, FORGOTTEN)
 
 def fact_values(row: FactRow) -> dict[str, Any]:
@@ -241,3 +242,9 @@ def hidden_message_rows(
     """Rows a ``FactRetracted`` adds to ``mem_hidden_messages``: the retracted fact's source
     turns, hidden from the retraction's transaction time on (the first hiding wins)."""
     return [(agent, mid, e.timestamp, e.fact_id) for mid in dict.fromkeys(sources)]
+
+
+def pattern_row(e: Any) -> tuple[Any, ...]:
+    """The ``mem_patterns`` row of a ``PatternObserved`` (columns in ``PATTERNS`` order)."""
+    return (e.agent_id, e.pattern_id, e.text, list(e.fact_ids), float(e.confidence),
+            e.timestamp, e.kind, e.method, list(e.message_ids))

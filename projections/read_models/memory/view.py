@@ -25,6 +25,7 @@ from engramdb.projections.read_models.memory.tables import (
     fact_values,
     hidden_message_rows,
     merge_relationship_rows,
+    pattern_row,
 )
 
 _FACT_INSERT = (
@@ -289,6 +290,24 @@ class MemoryView(ReadModelView):
                 "WHERE t.agent_id = %s AND t.entity_key = u.k",
                 (list(e.entities), [float(v) for v in e.entities.values()], e.agent_id),
             )
+
+    @handles(AgentJobs.PatternObserved)
+    def _pattern_observed(self, curs: Any, e: AgentJobs.PatternObserved) -> None:
+        curs.execute(
+            "INSERT INTO mem_patterns (agent_id, pattern_id, pattern_text, supporting_fact_ids, "
+            "confidence, recorded_at, kind, method, message_ids) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (agent_id, pattern_id) "
+            "DO UPDATE SET pattern_text = EXCLUDED.pattern_text, "
+            "supporting_fact_ids = EXCLUDED.supporting_fact_ids, "
+            "confidence = EXCLUDED.confidence, recorded_at = EXCLUDED.recorded_at, "
+            "kind = EXCLUDED.kind, method = EXCLUDED.method, message_ids = EXCLUDED.message_ids",
+            pattern_row(e),
+        )
+
+    @handles(AgentJobs.PatternRetired)
+    def _pattern_retired(self, curs: Any, e: AgentJobs.PatternRetired) -> None:
+        curs.execute("DELETE FROM mem_patterns WHERE agent_id = %s AND pattern_id = %s",
+                     (e.agent_id, e.pattern_id))
 
     @handles(AgentMemory.DecisionRejected)
     def _decision_rejected(self, curs: Any, e: AgentMemory.DecisionRejected) -> None:

@@ -1,0 +1,103 @@
+"""Job ``consolidation``: recurring patterns and contradictions → ``PatternObserved``.
+
+Offline and deterministic (no LLM is configured for it yet; ``method`` says
+``deterministic:<detector>`` so a reader knows what found a pattern). Detectors, over the
+``memory`` read model, with the memory's own clock (the latest fact recorded), so unchanged
+memory finds the same patterns and emits nothing:
+- ``contradiction``: two or more active facts give one subject's single-valued attribute
+  (same ``attribute_key``) different values;
+- ``repeated``: a fact stated at least ``CONSOLIDATION_MIN_EVENTS`` (3) times (its
+  confirmations), the last within ``LOOKBACK_DAYS`` (7);
+- ``recurring topic``: a subject with at least 3 facts from the last 7 days.
+Not done: periodic events (a weekday/time-of-day detector) and the LLM reviewer.
+A pattern found before and not now is retired (``PatternRetired``). Texts are English.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from datetime import timedelta
+from typing import Any
+
+from engramdb.services.jobs.base import Job, JobContext
+
+CONSOLIDATION_MIN_EVENTS = 3
+LOOKBACK_DAYS = 7.0
+MAX_EVIDENCE = 10
+
+_FACTS_SQL = """
+SELECT f.fact_id, f.entity_key, coalesce(e.display_name, f.entity_key), f.attribute_key,
+       f.fact_text, f.reinforcement_count, f.last_confirmed_at, f.valid_from, f.recorded_at,
+       f.source_message_ids
+  FROM mem_facts f
+  LEFT JOIN mem_entities e ON e.agent_id = f.agent_id AND e.entity_key = f.entity_key
+ WHERE f.agent_id = %(a)s AND f.status = 'active'
+ ORDER BY f.fact_id
+"""
+
+Found = dict[str, tuple[str, str, list[str], list[str], float]]  # id -> kind, text, facts, msgs, conf
+
+
+def _pid(kind: str, key: str) -> str:
+    return "p_" + hashlib.sha256(f"{kind}\x00{key}".encode()).hexdigest()[:16]
+
+
+def detect(rows: list[Any]) -> Found:
+    """The patterns standing in these active-fact rows (pure: tests call it directly)."""
+    found: Found = {}
+    if not rows:
+        return found
+    clock = max(r[8] for r in rows)
+    since = clock - timedelta(days=LOOKBACK_DAYS)
+    by_attribute: dict[tuple[str, str], list[Any]] = defaultdict(list)
+    by_subject: dict[str, list[Any]] = defaultdict(list)
+    for r in rows:
+        fid, key, name, attribute, text, reinf, confirmed, valid_from, _rec, sources = r
+        if attribute:
+            by_attribute[(key, attribute)].append(r)
+        if valid_from >= since:
+            by_subject[key].append(r)
+        if reinf + 1 >= CONSOLIDATION_MIN_EVENTS and confirmed is not None and confirmed >= since:
+            found[_pid("repeated", fid)] = (
+                "repeated", f'{name} said this {reinf + 1} times: "{text}"', [fid],
+                list(sources or []), round(min(1.0, 0.5 + 0.1 * reinf), 3))
+    for (key, attribute), group in sorted(by_attribute.items()):
+        values = sorted({r[4] for r in group})
+        if len(values) > 1:
+            found[_pid("contradiction", f"{key}\x00{attribute}")] = (
+                "contradiction",
+                f"Conflicting facts about {group[0][2]}'s {attribute.replace('_', ' ')}: "
+                + "; ".join(f'"{v}"' for v in values),
+                [r[0] for r in group], [m for r in group for m in (r[9] or [])[:1]], 0.8)
+    for key, group in sorted(by_subject.items()):
+        if len(group) >= CONSOLIDATION_MIN_EVENTS:
+            recent = sorted(group, key=lambda r: (r[7], r[0]), reverse=True)[:MAX_EVIDENCE]
+            found[_pid("recurring", key)] = (
+                "recurring topic",
+                f"{group[0][2]} came up often lately: {len(group)} facts in the last "
+                f"{LOOKBACK_DAYS:g} days",
+                [r[0] for r in recent], [], round(min(1.0, 0.4 + 0.05 * len(group)), 3))
+    return found
+
+
+def run(ctx: JobContext, agent_id: str) -> int:
+    ctx.memory.wait_for_projections()
+    with ctx.memory.pool.connection() as conn:
+        rows = conn.execute(_FACTS_SQL, {"a": agent_id}).fetchall()
+    ctx.check_deadline()
+    found = detect(rows)
+    jobs = ctx.jobs_aggregate(agent_id)
+    changed = 0
+    for pid, (kind, text, facts, messages, confidence) in sorted(found.items()):
+        method = f"deterministic:{kind.replace(' ', '-')}"
+        changed += jobs.observe_pattern(pid, kind, text, facts, messages, confidence, method)
+    for pid in sorted(set(jobs.patterns) - set(found)):
+        changed += jobs.retire_pattern(pid, "its evidence no longer holds")
+    if changed:
+        ctx.save(jobs)
+    return changed
+
+
+JOB = Job("consolidation", run,
+          "recurring patterns and contradictions (deterministic) -> PatternObserved")
