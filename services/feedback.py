@@ -28,6 +28,7 @@ from engramdb.services.messages import DEFAULT_PREFIX, agent_token
 log = logging.getLogger(__name__)
 DEFAULT_RETENTION_DAYS = 30.0
 QUEUE_SIZE = 10_000
+RETRY_AFTER_SEC = 5.0  # how long notices are dropped after the broker could not be reached
 
 
 def feedback_subject(agent_id: str, prefix: str = DEFAULT_PREFIX) -> str:
@@ -94,6 +95,8 @@ class FeedbackPublisher:
             pause.wait(0.01)
 
     def close(self) -> None:
+        if not self._thread.is_alive():
+            return
         self.flush(2.0)
         self._queue.put(None)
         self._thread.join(timeout=5.0)
@@ -102,10 +105,13 @@ class FeedbackPublisher:
         asyncio.run(self._publish_forever())
 
     async def _publish_forever(self) -> None:
+        import time
+
         import nats
 
         loop = asyncio.get_running_loop()
         nc: Any = None
+        down_until = 0.0  # after a failed connect, drop notices for a while instead of retrying
         try:
             while True:
                 item = await loop.run_in_executor(None, self._queue.get)
@@ -113,9 +119,13 @@ class FeedbackPublisher:
                     self._queue.task_done()
                     return
                 try:
-                    if nc is None:
+                    if nc is None or nc.is_closed:
+                        if time.monotonic() < down_until:
+                            self.dropped += 1
+                            continue
+                        # few reconnects: a closed connection is replaced at the next notice
                         nc = await nats.connect(self.nats_url, connect_timeout=2,
-                                                max_reconnect_attempts=-1)
+                                                max_reconnect_attempts=2, reconnect_time_wait=0.5)
                         await ensure_feedback_stream(
                             nc.jetstream(timeout=2.0),
                             feedback_stream_config(self.prefix, self.retention_days))
@@ -125,9 +135,11 @@ class FeedbackPublisher:
                     self.sent += 1
                 except Exception as exc:  # noqa: BLE001 - feedback is best effort by design
                     self.dropped += 1
+                    if nc is None or nc.is_closed:
+                        down_until = time.monotonic() + RETRY_AFTER_SEC
                     log.warning("retrieval feedback dropped (%s: %s)", type(exc).__name__, exc)
                 finally:
                     self._queue.task_done()
         finally:
-            if nc is not None:
+            if nc is not None and not nc.is_closed:
                 await nc.close()

@@ -124,6 +124,10 @@ def test_feedback_never_blocks_retrieve_without_a_broker(memory: Memory) -> None
     for _ in range(5):
         assert memory.retrieve(agent, "Where does Ana live?").facts
     assert time.perf_counter() - started < 5.0  # retrieve did not wait for the broker
+    memory.feedback.flush(10)
+    assert memory.feedback.sent == 0 and memory.feedback.dropped == 5
+    memory.feedback.close()
+    assert not memory.feedback._thread.is_alive()  # nothing left trying in the background
 
 
 def test_a_failing_or_slow_job_is_recorded_and_the_others_run(memory: Memory) -> None:
