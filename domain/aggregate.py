@@ -444,6 +444,19 @@ class MessageRecord(Aggregate):
         llm_calls: int
         decisions: dict[str, int]
 
+    class ExtractionDeferred(Aggregate.Event):
+        """The LLM was unreachable (connection refused, timeout, 429, 5xx) through every
+        attempt: the message stays recorded and *pending*, to be extracted when the LLM is
+        back (ADR-0014). A later ``Processed`` resolves it. ``agent_id``/``message_id`` and
+        ``recorded_at`` are repeated so a read model can list pending messages in order
+        without the ``Recorded`` event."""
+
+        agent_id: str
+        message_id: str
+        recorded_at: datetime
+        reason: str
+        attempts: int
+
     @staticmethod
     def create_id(agent_id: str, message_id: str, **_: Any) -> UUID:  # type: ignore[override]
         return message_record_id(agent_id, message_id)
@@ -468,6 +481,30 @@ class MessageRecord(Aggregate):
         self.metadata = metadata
         self.processed = False
         self.extraction: dict[str, Any] | None = None
+        self.deferrals = 0  # ExtractionDeferred events so far (0 for every older record)
+
+    @property
+    def extraction_pending(self) -> bool:
+        """Recorded, deferred by an LLM outage, and not processed since."""
+        return getattr(self, "deferrals", 0) > 0 and not self.processed
+
+    def defer_extraction(self, reason: str, attempts: int) -> None:
+        """Record that extraction could not run now (an LLM outage); the message stays pending."""
+        if self.processed:
+            raise DecisionRejected(f"message {self.message_id!r} was already processed")
+        self._extraction_deferred(
+            agent_id=self.agent_id,
+            message_id=self.message_id,
+            recorded_at=self.created_on,
+            reason=reason,
+            attempts=attempts,
+        )
+
+    @event(ExtractionDeferred)
+    def _extraction_deferred(
+        self, agent_id: str, message_id: str, recorded_at: datetime, reason: str, attempts: int
+    ) -> None:
+        self.deferrals = getattr(self, "deferrals", 0) + 1
 
     def complete(
         self,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -39,6 +39,15 @@ class Settings(BaseSettings):
     llm_max_retries: int = 3
     openai_embedding_model: str | None = Field(
         default=None, description="use an OpenAI-compatible embedding model instead of offline"
+    )
+    extraction_attempts: int = Field(
+        default=5, ge=1,
+        description="NATS deliveries that try extraction through an LLM outage before the "
+        "message is recorded as 'extraction pending' (ADR-0014)",
+    )
+    extraction_retry_interval_sec: float = Field(
+        default=30.0, gt=0,
+        description="how often `serve` retries pending extractions (ADR-0014)",
     )
     http_host: str = "127.0.0.1"
     http_port: int = 8787
@@ -72,6 +81,13 @@ class Settings(BaseSettings):
     job_consolidation_interval_sec: float = Field(default=3600.0, gt=0)
     job_timeout_sec: float = Field(default=600.0, gt=0, description="per job and agent")
     feedback_retention_days: float = Field(default=30.0, gt=0, description="feedback stream max age")
+
+    @field_validator("llm_api_key", "llm_base_url", "openai_embedding_model", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        """``VAR=""`` means unset: docker-compose's ``${OPENAI_BASE_URL:-}`` passes an empty
+        string, which the OpenAI client would take as its base URL (no request could work)."""
+        return None if isinstance(value, str) and not value.strip() else value
 
 
 def load_settings() -> Settings:

@@ -31,6 +31,11 @@ Why it is shaped like this (ADR-0004):
 - **Fail-safe.** Extractor errors give an empty extraction (the message stays recorded,
   the error is recorded); reconciliation errors fall back to plain ADDs. Only storage
   failures (database down) raise, so a caller such as the NATS ingest can retry.
+- **An LLM outage is not an answer** (ADR-0014). A *transient* extraction failure
+  (unreachable, timeout, 429, 5xx) records no empty extraction: ``on_outage="defer"``
+  (default) saves ``ExtractionDeferred`` and returns ``extraction_pending``; ``"raise"`` (NATS
+  ingest before its last attempt) saves nothing and raises ``ExtractionUnavailable``. The
+  message stays recorded, not processed; a later write of it (retrier, reprocess) extracts it.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from engramdb.domain.extraction import Extraction, ExtractionInput, ExtractorInf
 from engramdb.domain.keys import agent_aggregate_id, message_record_id
 from engramdb.domain.ports import LLMProvider
 from engramdb.infra.group_commit import GroupCommit
+from engramdb.infra.providers.errors import is_transient
 from engramdb.services.app import MemoryApplication
 from engramdb.services.citations import recorded_citations
 from engramdb.services.entity_resolution import EntityResolver, ResolutionMemo
@@ -57,13 +63,23 @@ from engramdb.services.messages import ConversationMessage, MessageIdConflict
 from engramdb.services.pre_retrieval import PreRetrieval, aggregate_context
 from engramdb.services.write_models import (
     DecisionOut,
+    ExtractionUnavailable,
+    OnOutage,
     RejectedOut,
     WriteConfig,
     WriteResult,
     write_result,
 )
 
-__all__ = ["DecisionOut", "RejectedOut", "WriteConfig", "WritePipeline", "WriteRequest", "WriteResult"]
+__all__ = [
+    "DecisionOut",
+    "ExtractionUnavailable",
+    "RejectedOut",
+    "WriteConfig",
+    "WritePipeline",
+    "WriteRequest",
+    "WriteResult",
+]
 
 log = logging.getLogger(__name__)
 
@@ -106,18 +122,25 @@ class WritePipeline:
     # ----- public ----------------------------------------------------------------------------
 
     def write(
-        self, request: WriteRequest | dict[str, Any], *, recorded: MessageRecord | None = None
+        self,
+        request: WriteRequest | dict[str, Any],
+        *,
+        recorded: MessageRecord | None = None,
+        on_outage: OnOutage = "defer",
+        attempts: int = 1,
     ) -> WriteResult:
         """Process one message; idempotent on (agent_id, message_id). Raises only on storage
-        failure, and ``MessageIdConflict`` when the id was recorded with a different text.
+        failure, ``MessageIdConflict`` when the id was recorded with a different text, and
+        ``ExtractionUnavailable`` on an LLM outage with ``on_outage="raise"``.
 
         ``recorded``: the message's record as just saved by ``record_many`` (stage 1 done).
+        ``attempts``: extraction attempts so far including this one (kept in the deferral).
         """
         if not isinstance(request, ConversationMessage):
             request = ConversationMessage.model_validate(request)
         started = self._clock()
         with self._agent_lock(request.agent_id):
-            result = self._write_locked(request, recorded)
+            result = self._write_locked(request, recorded, on_outage, attempts)
         result.duration_ms = (self._clock() - started) * 1000.0
         return result
 
@@ -217,19 +240,55 @@ class WritePipeline:
             max_facts=self.config.max_facts_per_event,
         )
 
-    def _extract(self, request: ExtractionInput) -> tuple[Extraction, str | None, str | None, int, ExtractorInfo]:
-        """Stage 3: the extractor never crashes the pipeline (errors → empty extraction)."""
+    def _extract(
+        self, request: ExtractionInput
+    ) -> tuple[Extraction, str | None, str | None, int, ExtractorInfo, bool]:
+        """Stage 3: the extractor never crashes the pipeline (errors → empty extraction).
+        The last item says whether the failure was an outage (``transient``)."""
         info = getattr(self.extractor, "info", None)
         if not isinstance(info, ExtractorInfo):
             info = ExtractorInfo(extractor=type(self.extractor).__name__)
         try:
             outcome = self.extractor.extract(request)
         except Exception as exc:  # noqa: BLE001 — fail-safe
-            return Extraction(), f"extractor raised {type(exc).__name__}: {exc}", None, 0, info
+            error = f"extractor raised {type(exc).__name__}: {exc}"
+            return Extraction(), error, None, 0, info, is_transient(exc)
         extraction = outcome.extraction if isinstance(outcome.extraction, Extraction) else Extraction()
-        return extraction, outcome.error, outcome.raw_output, int(outcome.llm_calls or 0), info
+        transient = bool(getattr(outcome, "transient", False))
+        return extraction, outcome.error, outcome.raw_output, int(outcome.llm_calls or 0), info, transient
 
-    def _write_locked(self, request: ConversationMessage, recorded: MessageRecord | None = None) -> WriteResult:
+    def _defer(
+        self, request: ConversationMessage, record: MessageRecord, reason: str, attempts: int,
+        llm_calls: int, resumed: bool,
+    ) -> WriteResult:
+        """An LLM outage: ``ExtractionDeferred`` on the record, nothing else (ADR-0014)."""
+        record.defer_extraction(reason=reason, attempts=attempts)
+        try:
+            recordings = self.commits.save(record)
+        except RecordConflictError:  # another worker settled this message meanwhile
+            self.app.forget_cached(record.id)
+            fresh = self.app.message_record(record.agent_id, record.message_id)
+            if fresh is not None and fresh.processed:
+                return self._duplicate_result(request)
+            raise
+        except BaseException:
+            self.app.forget_cached(record.id)
+            raise
+        position = recordings[-1].notification.id if recordings else 0
+        log.warning("extraction of %s/%s deferred (attempt %d): %s",
+                    request.agent_id, request.message_id, attempts, reason)
+        return WriteResult(
+            agent_id=request.agent_id, message_id=request.message_id, position=position,
+            llm_calls=llm_calls, extraction_error=reason, resumed=resumed, extraction_pending=True,
+        )
+
+    def _write_locked(
+        self,
+        request: ConversationMessage,
+        recorded: MessageRecord | None = None,
+        on_outage: OnOutage = "defer",
+        attempts: int = 1,
+    ) -> WriteResult:
         if (
             recorded is not None
             and (recorded.agent_id, recorded.message_id) == (request.agent_id, request.message_id)
@@ -244,7 +303,12 @@ class WritePipeline:
 
         memory = self.app.agent_memory(request.agent_id)
         extraction_input = self._extraction_input(record, memory)
-        extraction, error, raw_output, llm_calls, info = self._extract(extraction_input)
+        extraction, error, raw_output, llm_calls, info, transient = self._extract(extraction_input)
+        if transient:
+            reason = error or "LLM unavailable"
+            if on_outage == "raise":
+                raise ExtractionUnavailable(request.agent_id, request.message_id, reason)
+            return self._defer(request, record, reason, attempts, llm_calls, resumed)
         ctx = MessageContext(
             agent_id=record.agent_id,
             message_id=record.message_id,

@@ -4,6 +4,8 @@ the pipeline module holds only the stages."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
 from engramdb.domain.decisions import DecisionReport
@@ -20,6 +22,21 @@ class WriteConfig(BaseModel):
     ambiguous_floor: float = 0.50
     max_conflict_retries: int = 8
     conflict_backoff_sec: float = 0.005
+
+
+#: What the pipeline does on an LLM outage: record ``ExtractionDeferred`` or raise (ADR-0014).
+OnOutage = Literal["defer", "raise"]
+
+
+class ExtractionUnavailable(Exception):
+    """The LLM was unreachable for this message (``on_outage="raise"``): nothing was saved
+    beyond the message's record; retry the write later."""
+
+    def __init__(self, agent_id: str, message_id: str, reason: str) -> None:
+        super().__init__(f"extraction of {agent_id}/{message_id} unavailable: {reason}")
+        self.agent_id = agent_id
+        self.message_id = message_id
+        self.reason = reason
 
 
 class DecisionOut(BaseModel):
@@ -48,6 +65,11 @@ class WriteResult(BaseModel):
     resumed: bool = False
     conflicts: int = 0
     dry_run: bool = Field(default=False, description="true: the decisions that would be made; nothing saved")
+    extraction_pending: bool = Field(
+        default=False,
+        description="the LLM was unreachable: the message is recorded and will be extracted "
+        "when it is back (retrier / `engramdb reprocess`); no decisions yet",
+    )
 
 
 

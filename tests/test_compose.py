@@ -104,3 +104,48 @@ def test_nats_needs_the_password_the_roles_use(compose: dict[str, Any]) -> None:
         env = _env(compose["services"][role])
         assert env["ENGRAMDB_NATS_USER"] == user
         assert env["ENGRAMDB_NATS_PASSWORD"].startswith("${NATS_PASSWORD:?")
+
+
+# what the compose file demands of whoever starts it (``${VAR:?...}``)
+REQUIRED = {"NATS_PASSWORD": "a-long-random-string"}
+
+
+def _interpolate(value: str, environ: dict[str, str]) -> str:
+    """docker compose's ``${VAR:-default}``, ``${VAR:?error}`` and ``${VAR}`` substitution."""
+
+    def one(match: re.Match[str]) -> str:
+        name, kind, rest = match.group(1), match.group(2) or "", match.group(3) or ""
+        if kind == ":?" and not environ.get(name):
+            raise AssertionError(f"compose would refuse to start: {name}: {rest}")
+        return environ.get(name) or (rest if kind == ":-" else "")
+
+    return re.sub(r"\$\{(\w+)(?:(:-|:\?)([^}]*))?\}", one, value)
+
+
+def test_unset_openai_base_url_means_the_default_endpoint(compose: dict[str, Any]) -> None:
+    """Issue 10: with only OPENAI_API_KEY set (the file's own example), the compose file passed
+    ENGRAMDB_LLM_BASE_URL="" and the client took "" as its base URL: every extraction failed
+    and the example stored no facts. "" now means unset: the client talks to api.openai.com."""
+    from engramdb.infra.providers.factory import make_llm
+    from engramdb.infra.providers.openai_llm import OpenAILLM
+
+    env = _env(compose["services"]["ingest"])
+    values = {
+        k[9:].lower(): _interpolate(v, {"OPENAI_API_KEY": "sk-test", **REQUIRED})
+        for k, v in env.items()
+        if k.startswith("ENGRAMDB_")
+    }
+    assert values["llm_base_url"] == ""  # what compose hands over when the variable is unset
+    settings = Settings.model_validate(values)
+    assert settings.llm_base_url is None
+    llm = make_llm(settings)
+    assert isinstance(llm, OpenAILLM)
+    assert str(llm._client.base_url).startswith("https://api.openai.com/")
+    # and with a base URL set, it is used
+    values["llm_base_url"] = _interpolate(env["ENGRAMDB_LLM_BASE_URL"], {"OPENAI_BASE_URL": "http://llm:8000/v1"})
+    assert Settings.model_validate(values).llm_base_url == "http://llm:8000/v1"
+
+
+def test_empty_llm_variables_are_unset() -> None:
+    settings = Settings.model_validate({"llm_api_key": "", "llm_base_url": " ", "openai_embedding_model": ""})
+    assert (settings.llm_api_key, settings.llm_base_url, settings.openai_embedding_model) == (None, None, None)

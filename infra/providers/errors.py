@@ -20,11 +20,17 @@ class ProviderError(RuntimeError):
     """A provider call failed for good (after retries, or on a non-retryable error)."""
 
 
-class ProviderTimeout(ProviderError):
+class ProviderOutage(ProviderError):
+    """The endpoint was unreachable or overloaded through every retry: connection refused,
+    timeouts, 429, 5xx. Transient: the same request may succeed later, so the write pipeline
+    defers the extraction (ADR-0014) instead of recording an empty one."""
+
+
+class ProviderTimeout(ProviderOutage):
     """The last attempt timed out (client-side timeout or connection timeout)."""
 
 
-class ProviderRateLimited(ProviderError):
+class ProviderRateLimited(ProviderOutage):
     """The endpoint kept answering 429 until the retries ran out."""
 
 
@@ -77,7 +83,24 @@ def _final_error(exc: BaseException, what: str, attempts: int) -> ProviderError:
         return ProviderTimeout(detail)
     if isinstance(exc, openai.APIStatusError) and exc.status_code == 429:
         return ProviderRateLimited(detail)
+    if _is_retryable(exc):
+        return ProviderOutage(detail)
     return ProviderError(detail)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether an LLM call's failure is an outage worth retrying later (not a bad answer).
+
+    Transient: ``ProviderOutage`` (and its subclasses), our own ``TimeoutError`` from
+    ``call_with_timeout``, a raw ``openai`` connection/429/5xx error from a provider that does
+    not wrap them, and OS-level connection errors. Everything else — a 400, a refusal, a cut
+    or malformed answer — would fail the same way again, so it is not.
+    """
+    if isinstance(exc, (ProviderOutage, TimeoutError, ConnectionError)):
+        return True
+    if isinstance(exc, ProviderError):
+        return False
+    return _is_retryable(exc)
 
 
 def call_with_retries(

@@ -66,7 +66,7 @@ class OpenAIEmbeddings:
         self.batch_size = batch_size
         self._sleep = sleep
         self._client = client or openai.OpenAI(
-            api_key=api_key or NO_KEY, base_url=base_url, timeout=timeout, max_retries=0
+            api_key=api_key or NO_KEY, base_url=base_url or None, timeout=timeout, max_retries=0
         )
         if dimensions is not None:
             self.dimensions = dimensions

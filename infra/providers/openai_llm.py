@@ -59,7 +59,7 @@ class OpenAILLM:
         self.max_tokens_param = max_tokens_param
         self._client = client or openai.OpenAI(
             api_key=api_key or NO_KEY,
-            base_url=base_url,
+            base_url=base_url or None,  # "" is unset, not a URL (compose passes "")
             timeout=timeout,
             max_retries=0,  # our loop retries
         )

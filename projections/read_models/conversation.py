@@ -3,6 +3,11 @@
 Written from ``MessageRecord`` events: ``Recorded`` inserts the message with the vector of its
 text, ``Processed`` marks it processed with the extractor that read it (``Processed`` events
 carry only the record's originator id, hence the unique ``record_id``).
+
+``mem_extraction_pending`` lists messages whose extraction an LLM outage deferred
+(``ExtractionDeferred``) until a ``Processed`` resolves them (ADR-0014). It is a second table
+of this model rather than a model of its own: no extra projector, and a database made before
+it gets the (empty) table at start — no event it would hold existed then.
 """
 
 from __future__ import annotations
@@ -56,6 +61,46 @@ MESSAGES = Table(
 )
 
 
+PENDING = Table(
+    "mem_extraction_pending",
+    columns=(
+        ("agent_id", "text NOT NULL"),
+        ("message_id", "text NOT NULL"),
+        ("record_id", "uuid NOT NULL"),
+        ("recorded_at", "timestamptz NOT NULL"),
+        ("first_deferred_at", "timestamptz NOT NULL"),
+        ("last_deferred_at", "timestamptz NOT NULL"),
+        ("deferrals", "integer NOT NULL"),
+        ("attempts", "integer NOT NULL"),
+        ("reason", "text NOT NULL"),
+    ),
+    primary_key=("agent_id", "message_id"),
+    indexes=(
+        "CREATE UNIQUE INDEX IF NOT EXISTS mem_extraction_pending_record "
+        "ON mem_extraction_pending (record_id)",
+        "CREATE INDEX IF NOT EXISTS mem_extraction_pending_order "
+        "ON mem_extraction_pending (agent_id, recorded_at)",
+    ),
+)
+
+_PENDING_UPSERT = (
+    f"INSERT INTO mem_extraction_pending ({', '.join(PENDING.row_columns)}) VALUES ("
+    + ", ".join(f"%({c})s" for c in PENDING.row_columns)
+    + ") ON CONFLICT (agent_id, message_id) DO UPDATE SET "
+    "last_deferred_at = EXCLUDED.last_deferred_at, reason = EXCLUDED.reason, "
+    "attempts = mem_extraction_pending.attempts + EXCLUDED.attempts, "
+    "deferrals = mem_extraction_pending.deferrals + 1"
+)
+
+
+def _pending_row(e: MessageRecord.ExtractionDeferred) -> dict[str, Any]:
+    return {
+        "agent_id": e.agent_id, "message_id": e.message_id, "record_id": e.originator_id,
+        "recorded_at": e.recorded_at, "first_deferred_at": e.timestamp,
+        "last_deferred_at": e.timestamp, "deferrals": 1, "attempts": int(e.attempts),
+        "reason": e.reason,
+    }
+
 
 def embedded_message_text(speaker: str | None, text: str) -> str:
     """The string a turn is embedded as (``MESSAGES.embedded_sql`` computes the same in SQL)."""
@@ -95,7 +140,7 @@ def _processed_values(e: MessageRecord.Processed) -> dict[str, Any]:
 
 class ConversationView(ReadModelView):
     projection_name = "conversation"
-    tables = (MESSAGES,)
+    tables = (MESSAGES, PENDING)
 
     def texts_to_embed(self, event: Any) -> list[str]:
         if isinstance(event, MessageRecord.Recorded):
@@ -120,12 +165,18 @@ class ConversationView(ReadModelView):
             (v["processed"], v["extractor"], v["llm_calls"], v["extraction_error"],
              e.originator_id),
         )
+        curs.execute("DELETE FROM mem_extraction_pending WHERE record_id = %s", (e.originator_id,))
+
+    @handles(MessageRecord.ExtractionDeferred)
+    def _extraction_deferred(self, curs: Any, e: MessageRecord.ExtractionDeferred) -> None:
+        curs.execute(_PENDING_UPSERT, _pending_row(e))
 
 
 class ConversationFold(BulkFold):
     def __init__(self) -> None:
         super().__init__()
         self.messages: dict[UUID, dict[str, Any]] = {}
+        self.pending: dict[UUID, dict[str, Any]] = {}
 
     @handles(MessageRecord.Recorded)
     def _recorded(self, e: MessageRecord.Recorded) -> None:
@@ -136,14 +187,53 @@ class ConversationFold(BulkFold):
         row = self.messages.get(e.originator_id)
         if row is not None:
             row.update(_processed_values(e))
+        self.pending.pop(e.originator_id, None)
+
+    @handles(MessageRecord.ExtractionDeferred)
+    def _extraction_deferred(self, e: MessageRecord.ExtractionDeferred) -> None:
+        new = _pending_row(e)
+        row = self.pending.get(e.originator_id)
+        if row is None:
+            self.pending[e.originator_id] = new
+        else:  # the same as the view's upsert
+            row.update(last_deferred_at=new["last_deferred_at"], reason=new["reason"],
+                       attempts=row["attempts"] + new["attempts"], deferrals=row["deferrals"] + 1)
 
     def texts(self) -> list[str]:
         return [embedded_message_text(m["speaker"], m["text"]) for m in self.messages.values()]
 
     def rows(self, table: str) -> list[tuple[Any, ...]]:
+        if table == PENDING.name:
+            return [tuple(p[c] for c in PENDING.row_columns) for p in self.pending.values()]
         if table != MESSAGES.name:
             raise KeyError(table)
         return [tuple(m[c] for c in MESSAGES.row_columns) for m in self.messages.values()]
 
 
 READ_MODEL = ReadModel(ConversationView, ConversationFold)
+
+
+# ----- queries (ADR-0014): what is waiting for an LLM, in per-agent recorded order ----------
+
+_PENDING_COLUMNS = ", ".join(PENDING.row_columns)
+
+
+def pending_rows(conn: Any, agent_id: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+    """Rows of ``mem_extraction_pending`` (all agents, or one), ordered by agent then by the
+    time the message was recorded — the order in which they must be re-extracted."""
+    rows = conn.execute(
+        f"SELECT {_PENDING_COLUMNS} FROM mem_extraction_pending "
+        "WHERE %(a)s::text IS NULL OR agent_id = %(a)s::text "
+        "ORDER BY agent_id, recorded_at, message_id LIMIT %(n)s",
+        {"a": agent_id, "n": limit},
+    ).fetchall()
+    return [dict(zip(PENDING.row_columns, row, strict=True)) for row in rows]
+
+
+def pending_count(conn: Any, agent_id: str | None = None) -> int:
+    """How many messages wait for extraction (a gauge: cheap, one index scan)."""
+    row = conn.execute(
+        "SELECT count(*) FROM mem_extraction_pending WHERE %(a)s::text IS NULL OR agent_id = %(a)s::text",
+        {"a": agent_id},
+    ).fetchone()
+    return int(row[0]) if row else 0

@@ -10,8 +10,9 @@ Why it is built this way:
   optional, ``additionalProperties: false``, no unsupported keywords).
 * **Fail-safe** — the provider call runs in a daemon worker thread and is abandoned after
   ``timeout_sec`` even if the provider ignores its own timeout; errors and malformed JSON
-  give an empty extraction plus an error text. Invalid facts are dropped one by one, so a
-  single bad item does not cost the whole message.
+  give an empty extraction plus an error text; an outage (timeout, unreachable, 429, 5xx)
+  is flagged ``transient`` so the pipeline defers instead (ADR-0014). Invalid facts are
+  dropped one by one, so a single bad item does not cost the whole message.
 * **Versioned prompt** — the prompt lives in ``infra/prompts/<name>_<version>.md`` and its
   version string is reported in :attr:`LLMExtractor.info` for provenance. ``extraction/v2``
   (default) adds retraction requests, compound sentences and self-introductions to v1,
@@ -46,6 +47,7 @@ from engramdb.domain.text import approx_tokens
 from engramdb.infra.llm_timeout import call_with_timeout
 from engramdb.infra.prompt_files import PromptTemplate
 from engramdb.infra.prompt_files import load_prompt as _load_prompt
+from engramdb.infra.providers.errors import is_transient
 from engramdb.services.extraction.port import ExtractionOutcome
 from engramdb.services.llm_budget import extraction_fact_cap, extraction_max_tokens
 
@@ -258,7 +260,11 @@ class LLMExtractor:
         started = time.perf_counter()
 
         def done(
-            extraction: Extraction | None, error: str | None, raw: str | None, calls: int
+            extraction: Extraction | None,
+            error: str | None,
+            raw: str | None,
+            calls: int,
+            transient: bool = False,
         ) -> ExtractionOutcome:
             return ExtractionOutcome(
                 extraction=extraction or Extraction(),
@@ -266,6 +272,7 @@ class LLMExtractor:
                 error=error,
                 raw_output=raw,
                 duration_ms=(time.perf_counter() - started) * 1000.0,
+                transient=transient,
             )
 
         try:
@@ -286,13 +293,15 @@ class LLMExtractor:
                 name="engramdb-llm-extract",
             )
         except TimeoutError:
-            return done(None, f"LLM call timed out after {self.timeout_sec:g}s", None, 1)
+            error = f"LLM call timed out after {self.timeout_sec:g}s"
+            return done(None, error, None, 1, transient=True)
         except Exception as exc:  # noqa: BLE001
             # A provider that reports a truncated answer hands its partial text along
             # (``partial_output``): recorded, so no model output is lost.
             partial = getattr(exc, "partial_output", None)
             error = f"LLM call failed: {type(exc).__name__}: {exc}"
-            return done(None, error, partial if isinstance(partial, str) else None, 1)
+            raw_partial = partial if isinstance(partial, str) else None
+            return done(None, error, raw_partial, 1, transient=is_transient(exc))
 
         if not isinstance(raw, str):
             return done(None, f"LLM returned {type(raw).__name__}, expected str", None, 1)

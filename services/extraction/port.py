@@ -20,7 +20,9 @@ class ExtractionOutcome:
     ``error`` is ``None`` only when the extractor's output was used in full; a partial
     result (some facts dropped as invalid, or capped) keeps the valid facts *and* says
     what was dropped. ``raw_output`` is the LLM's text verbatim (``None`` for extractors
-    that call no LLM, or when the call itself failed).
+    that call no LLM, or when the call itself failed). ``transient`` says the failure was an
+    outage (unreachable, timeout, 429, 5xx), not a bad answer: the write pipeline then
+    defers the extraction instead of recording an empty one (ADR-0014).
     """
 
     extraction: Extraction = field(default_factory=Extraction)
@@ -28,6 +30,7 @@ class ExtractionOutcome:
     error: str | None = None
     raw_output: str | None = None
     duration_ms: float = 0.0
+    transient: bool = False
 
 
 @runtime_checkable

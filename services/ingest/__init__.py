@@ -9,6 +9,10 @@ Delivery policy (ADR-0004):
 - **Transient failures are bounded.** If the pipeline raises (database down...), the
   message is nacked with a growing delay; after ``max_deliver`` deliveries it goes to the
   dead-letter stream with the last error as the reason, and is acked.
+- **An LLM outage loses nothing** (ADR-0014). If extraction fails transiently (LLM
+  unreachable, timeout, 429, 5xx), the recorded message is nacked with the same backoff; on
+  its ``extraction_attempts``-th delivery it is recorded as "extraction pending"
+  (``ExtractionDeferred``) and acked; the retrier in ``serve`` extracts it when the LLM is back.
 - **Per-agent order, agents in parallel.** A durable pull consumer fetches batches in
   stream order; one agent's messages take the agent's FIFO lock in that order and run one
   after another (in a worker thread: the pipeline is synchronous), different agents run

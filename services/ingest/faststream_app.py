@@ -70,6 +70,7 @@ def build_ingest_app(
     nack_delay: float = 1.0,
     ack_wait: float = 30.0,
     batch_records: bool = True,
+    extraction_attempts: int = 5,
     on_result: Callable[[WriteResult], None] | None = None,
     logger: logging.Logger | None = None,
     metrics: Metrics | None = None,
@@ -80,6 +81,9 @@ def build_ingest_app(
     building database pools happens inside the service's lifetime). A write in progress sends
     JetStream "working" heartbeats every ``ack_wait / 3`` s, so a slow extraction is not
     redelivered while it runs. ``metrics`` (a ``Memory``'s) gets the ingest lag and tallies.
+    ``extraction_attempts``: deliveries that try extraction through an LLM outage (nack with
+    backoff between them) before the message is recorded as "extraction pending" and acked
+    (ADR-0014).
     """
     if (pipeline is None) == (pipeline_factory is None):
         raise ValueError("give exactly one of pipeline / pipeline_factory")
@@ -94,6 +98,7 @@ def build_ingest_app(
         on_result=on_result,
         heartbeat_sec=max(0.5, ack_wait / 3),
         batch_records=batch_records,
+        extraction_attempts=extraction_attempts,
     )
     stream = JStream(
         messages_stream_name(prefix),

@@ -33,7 +33,7 @@ from engramdb.services.messages import (
     message_subject,
     parse_message,
 )
-from engramdb.services.write import WritePipeline, WriteResult
+from engramdb.services.write import ExtractionUnavailable, WritePipeline, WriteResult
 
 # The package's logger name, as before the split into modules (log filters keep working).
 log = logging.getLogger(__package__)
@@ -80,6 +80,7 @@ class IngestService:
         on_result: Callable[[WriteResult], None] | None = None,
         heartbeat_sec: float = 10.0,
         batch_records: bool = True,
+        extraction_attempts: int = 5,
     ) -> None:
         self.broker = broker
         self.pipeline = pipeline
@@ -91,11 +92,15 @@ class IngestService:
         self.limiter = anyio.CapacityLimiter(max_concurrency)
         self.heartbeat_sec = heartbeat_sec
         self.batch_records = batch_records
+        # deliveries that try extraction through an LLM outage before the message is recorded
+        # as "extraction pending" and acked (ADR-0014)
+        self.extraction_attempts = max(1, extraction_attempts)
         self._agents: dict[str, _AgentState] = {}
         self.turnstile = Turnstile()
         self._to_record: list[tuple[ConversationMessage, asyncio.Future[MessageRecord | None]]] = []
         self._record_flusher: asyncio.Task[None] | None = None
-        self.stats = {"processed": 0, "duplicates": 0, "dead_lettered": 0, "nacked": 0}
+        self.stats = {"processed": 0, "duplicates": 0, "dead_lettered": 0, "nacked": 0,
+                      "llm_unavailable": 0, "extraction_deferred": 0}
 
     # ----- one message -----------------------------------------------------------------------
 
@@ -200,10 +205,15 @@ class IngestService:
         failure: Exception | None = None
         conflict: MessageIdConflict | None = None
         result: WriteResult | None = None
+        deliveries = self._deliveries(raw)
+        kwargs: dict[str, Any] = {} if recorded is None else {"recorded": recorded}
+        if isinstance(pipeline, WritePipeline):  # an LLM outage: nack, until the last attempt
+            kwargs["attempts"] = deliveries
+            kwargs["on_outage"] = "defer" if deliveries >= self.extraction_attempts else "raise"
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._heartbeat, raw)
             try:
-                write = pipeline.write if recorded is None else functools.partial(pipeline.write, recorded=recorded)
+                write = functools.partial(pipeline.write, **kwargs)
                 result = await anyio.to_thread.run_sync(write, message, limiter=self.limiter)
             except MessageIdConflict as exc:  # permanent: the original stays, this one is told
                 conflict = exc
@@ -217,9 +227,14 @@ class IngestService:
             log.warning("dropped message %s: its agent was erased", message.message_id)
             await raw.ack()
             return True
+        if isinstance(failure, ExtractionUnavailable):  # recorded; extraction retried later
+            self.stats["llm_unavailable"] += 1
+            log.warning("delivery %d of %s: LLM unavailable, will retry: %s",
+                        deliveries, message.message_id, failure.reason)
+            await self._nack(raw)
+            return False
         if failure is not None or result is None:  # transient until proven otherwise
             reason = f"write pipeline failed: {type(failure).__name__}: {failure}"
-            deliveries = self._deliveries(raw)
             if deliveries >= self.max_deliver:
                 log.error("giving up on %s after %d deliveries: %s", message.message_id, deliveries, reason)
                 return await self._dead_letter_and_ack(raw, reason, "processing", message.agent_id)
@@ -228,6 +243,8 @@ class IngestService:
             return False
         await raw.ack()
         self.stats["duplicates" if result.duplicate else "processed"] += 1
+        if result.extraction_pending:
+            self.stats["extraction_deferred"] += 1
         if self.on_result is not None:
             try:
                 self.on_result(result)
