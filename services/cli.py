@@ -1,5 +1,5 @@
 """The ``engramdb`` command line: demo, serve, publish, retrieve, rebuild, history, facts, status,
-mcp, bench.
+mcp, pending, reprocess, bench.
 
 Every command opens the same ``Memory`` facade the Python API uses, on the embedded default
 unless ``ENGRAMDB_DATABASE_URL`` / ``ENGRAMDB_NATS_URL`` are set. For scripts: read commands
@@ -256,6 +256,54 @@ def mcp(
     settings = load_settings()
     with cli_user_errors():
         run_mcp(settings, transport, host or settings.http_host, port)
+
+
+@app.command()
+def pending(
+    agent: Annotated[str | None, typer.Option("--agent", help="one agent (default: all)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object per line")] = False,
+) -> None:
+    """Messages an LLM outage left unextracted; `serve` retries them, or `reprocess --failed`."""
+    with cli_user_errors():
+        if agent is not None:
+            _check_agent(agent)
+        with _open_memory() as memory:
+            memory.wait_for_projections()
+            items = memory.pending_extractions(agent)
+    for item in items:
+        if as_json:
+            typer.echo(item.model_dump_json())
+        else:
+            typer.echo(f"{item.agent_id}  {item.message_id}  recorded {item.recorded_at:%Y-%m-%d %H:%M:%S}"
+                       f"  attempts {item.attempts}  {item.reason}")
+    if not as_json:
+        typer.echo(f"{len(items)} pending extraction(s)")
+
+
+@app.command()
+def reprocess(
+    agent: Annotated[str | None, typer.Option("--agent", help="one agent (default: all)")] = None,
+    message: Annotated[str | None, typer.Option("--message", help="one message id")] = None,
+    failed: Annotated[bool, typer.Option("--failed", help="messages whose extraction is pending")] = False,
+) -> None:
+    """Re-run extraction for messages an LLM outage left pending, in each agent's order."""
+    if not failed:
+        typer.echo("reprocess needs --failed: re-extracting messages that were already processed "
+                   "is not supported yet; --failed re-extracts those an LLM outage left pending.",
+                   err=True)
+        raise typer.Exit(2)
+    from engramdb.services.memory import Memory
+
+    with cli_user_errors():
+        if agent is not None:
+            _check_agent(agent)
+        with Memory.open() as memory:  # it extracts: the offline notice is due here
+            memory.wait_for_projections()
+            report = memory.reprocess_pending(agent, message)
+    typer.echo(report.model_dump_json(indent=2))
+    if report.still_pending:
+        typer.echo(f"LLM still unavailable: {report.llm_unavailable}", err=True)
+        raise typer.Exit(1)
 
 
 @bench_app.command(

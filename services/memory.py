@@ -41,6 +41,13 @@ from engramdb.services.health import DEFAULT_MAX_LAG, HealthReport, check_health
 from engramdb.services.manage_commands import dry_run_write
 from engramdb.services.memory_manage import ManageMixin
 from engramdb.services.metrics import LagSnapshot, Metrics
+from engramdb.services.pending import (
+    PendingExtraction,
+    ReprocessReport,
+    count_pending,
+    list_pending,
+    reextract_pending,
+)
 from engramdb.services.pre_retrieval import PreRetrieval
 from engramdb.services.retrieve.models import RetrieveResult
 from engramdb.services.retrieve.pipeline import Retriever
@@ -284,6 +291,22 @@ class Memory(ManageMixin):
             positions = tracking_positions(conn, self.schema)
         head = self.app.recorder.max_notification_id() or 0
         return LagSnapshot(head=head, positions=positions, up=self.projections.alive())
+
+    def pending_extractions(
+        self, agent_id: str | None = None, limit: int | None = None
+    ) -> list[PendingExtraction]:
+        """Messages an LLM outage left unextracted (ADR-0014), by agent and recorded order."""
+        return list_pending(self.pool, agent_id, limit)
+
+    def pending_count(self, agent_id: str | None = None) -> int:
+        """How many messages wait for extraction (gauge-friendly: one indexed count)."""
+        return count_pending(self.pool, agent_id)
+
+    def reprocess_pending(
+        self, agent_id: str | None = None, message_id: str | None = None
+    ) -> ReprocessReport:
+        """Re-extract pending messages now (what ``engramdb reprocess --failed`` runs)."""
+        return reextract_pending(self.pipeline, self.pool, agent_id=agent_id, message_id=message_id)
 
     def history(self, agent_id: str, fact_id: str | None = None) -> list[HistoryEntry]:
         """How a memory came to be, from the event log."""

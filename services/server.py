@@ -21,6 +21,7 @@ from engramdb.infra.api_keys import ApiKeyConfigError, KeyRing, load_keyring
 from engramdb.infra.database import resolve_nats
 from engramdb.infra.nats_auth import redact_url
 from engramdb.infra.settings import Settings, load_settings
+from engramdb.services.extraction_retrier import ExtractionRetrier
 from engramdb.services.http_api import create_app
 from engramdb.services.http_auth import allowed_hosts, check_bind, secure
 from engramdb.services.ingest import IngestThread, build_ingest_app
@@ -50,18 +51,26 @@ def run_server(role: str = "all", settings: Settings | None = None) -> None:
                                    settings.feedback_retention_days)
         jobs = start_jobs(memory, settings, nats_url) if role in ("all", "jobs") else None
         ingest = None
+        retrier = None
         if role in ("all", "ingest") and nats_url is not None:
             app, _broker = build_ingest_app(
-                nats_url, memory.pipeline, metrics=memory.metrics, prefix=settings.subject_prefix
+                nats_url, memory.pipeline, metrics=memory.metrics, prefix=settings.subject_prefix,
+                extraction_attempts=settings.extraction_attempts,
             )
             ingest = IngestThread(app).start()
             log.info("ingest consuming %s.messages.> on %s", settings.subject_prefix, redact_url(nats_url))
+        if role in ("all", "ingest") and memory.llm is not None:  # nothing to wait for offline
+            retrier = ExtractionRetrier(
+                memory.pipeline, memory.pool, settings.extraction_retry_interval_sec
+            ).start()
         try:
             if role in ("all", "retrieve") and nats_url is not None:
                 asyncio.run(_serve_retrieve(memory, nats_url, settings))
             else:
                 _block_until_signal()
         finally:
+            if retrier is not None:
+                retrier.stop()
             if jobs is not None:
                 jobs.stop()
             if ingest is not None:

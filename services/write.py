@@ -58,6 +58,7 @@ from engramdb.infra.group_commit import GroupCommit
 from engramdb.infra.providers.errors import is_transient
 from engramdb.services.app import MemoryApplication
 from engramdb.services.citations import recorded_citations
+from engramdb.services.deferred_order import DeferredOrder, request_from_record, save_deferral
 from engramdb.services.entity_resolution import EntityResolver, ResolutionMemo
 from engramdb.services.messages import ConversationMessage, MessageIdConflict
 from engramdb.services.pre_retrieval import PreRetrieval, aggregate_context
@@ -117,6 +118,7 @@ class WritePipeline:
         self._clock = clock
         self.commits = GroupCommit(app, enabled=group_commit)
         self._locks: dict[str, threading.Lock] = {}
+        self.deferred = DeferredOrder()  # this process's deferred messages, per agent
         self._locks_guard = threading.Lock()
 
     # ----- public ----------------------------------------------------------------------------
@@ -140,7 +142,13 @@ class WritePipeline:
             request = ConversationMessage.model_validate(request)
         started = self._clock()
         with self._agent_lock(request.agent_id):
-            result = self._write_locked(request, recorded, on_outage, attempts)
+            blocked = self.deferred.catch_up(
+                request.agent_id, request.message_id, self.app.message_record,
+                lambda older: self._write_locked(request_from_record(older), None, "raise"),
+            )
+            result = self._write_locked(request, recorded, on_outage, attempts, blocked)
+            if not result.extraction_pending:
+                self.deferred.forget(request.agent_id, request.message_id)
         result.duration_ms = (self._clock() - started) * 1000.0
         return result
 
@@ -257,26 +265,17 @@ class WritePipeline:
         transient = bool(getattr(outcome, "transient", False))
         return extraction, outcome.error, outcome.raw_output, int(outcome.llm_calls or 0), info, transient
 
-    def _defer(
-        self, request: ConversationMessage, record: MessageRecord, reason: str, attempts: int,
-        llm_calls: int, resumed: bool,
+    def _outage(
+        self, request: ConversationMessage, record: MessageRecord, reason: str,
+        on_outage: OnOutage, attempts: int, llm_calls: int, resumed: bool,
     ) -> WriteResult:
-        """An LLM outage: ``ExtractionDeferred`` on the record, nothing else (ADR-0014)."""
-        record.defer_extraction(reason=reason, attempts=attempts)
-        try:
-            recordings = self.commits.save(record)
-        except RecordConflictError:  # another worker settled this message meanwhile
-            self.app.forget_cached(record.id)
-            fresh = self.app.message_record(record.agent_id, record.message_id)
-            if fresh is not None and fresh.processed:
-                return self._duplicate_result(request)
-            raise
-        except BaseException:
-            self.app.forget_cached(record.id)
-            raise
-        position = recordings[-1].notification.id if recordings else 0
-        log.warning("extraction of %s/%s deferred (attempt %d): %s",
-                    request.agent_id, request.message_id, attempts, reason)
+        """An LLM outage: raise, or save ``ExtractionDeferred`` alone (ADR-0014)."""
+        if on_outage == "raise":
+            raise ExtractionUnavailable(request.agent_id, request.message_id, reason)
+        position = save_deferral(self.app, self.commits, record, reason, attempts)
+        if position is None:  # another worker processed it meanwhile
+            return self._duplicate_result(request)
+        self.deferred.note(request.agent_id, request.message_id)
         return WriteResult(
             agent_id=request.agent_id, message_id=request.message_id, position=position,
             llm_calls=llm_calls, extraction_error=reason, resumed=resumed, extraction_pending=True,
@@ -288,7 +287,9 @@ class WritePipeline:
         recorded: MessageRecord | None = None,
         on_outage: OnOutage = "defer",
         attempts: int = 1,
+        blocked: str | None = None,
     ) -> WriteResult:
+        """``blocked``: why an older deferred message blocks this one (``deferred_order``)."""
         if (
             recorded is not None
             and (recorded.agent_id, recorded.message_id) == (request.agent_id, request.message_id)
@@ -301,14 +302,14 @@ class WritePipeline:
             except _Duplicate:
                 return self._duplicate_result(request)
 
+        if blocked is not None:
+            return self._outage(request, record, blocked, on_outage, attempts, 0, resumed)
         memory = self.app.agent_memory(request.agent_id)
         extraction_input = self._extraction_input(record, memory)
         extraction, error, raw_output, llm_calls, info, transient = self._extract(extraction_input)
         if transient:
             reason = error or "LLM unavailable"
-            if on_outage == "raise":
-                raise ExtractionUnavailable(request.agent_id, request.message_id, reason)
-            return self._defer(request, record, reason, attempts, llm_calls, resumed)
+            return self._outage(request, record, reason, on_outage, attempts, llm_calls, resumed)
         ctx = MessageContext(
             agent_id=record.agent_id,
             message_id=record.message_id,

@@ -29,6 +29,12 @@ names lowercased).
 * ``embed``: ``(texts, dimensions | None) -> list[list[float]]`` for ``POST /v1/embeddings``;
   default: the ``HashEmbedder`` test double (384-d, or ``dimensions`` if requested).
 
+Outages, switched on and off while the test runs (an LLM that is down "for a while")::
+
+    base_url.fail_with(503)   # every request answers 503 (or 429, 500...) until restore()
+    base_url.refuse()         # stop listening: clients get "connection refused"
+    base_url.restore()        # answer again, on the same port
+
 Like a real server it honours ``max_tokens`` / ``max_completion_tokens``: an answer longer
 than that many tokens (counted as 4 characters each, the project's ``approx_tokens``) is
 cut there and sent with ``finish_reason: "length"``.
@@ -51,13 +57,29 @@ EmbedFn = Callable[[list[str], int | None], list[list[float]]]
 
 
 class FakeOpenAI(str):
-    """The base URL (``.../v1``), plus the log of requests the server received."""
+    """The base URL (``.../v1``), plus the log of requests the server received and the
+    outage switches (see the module doc)."""
 
     requests: list[dict[str, Any]]
+    _control: _Control
 
     @property
     def base_url(self) -> str:
         return str(self)
+
+    def fail_with(self, status: int) -> None:
+        self._control.state.outage_status = status
+
+    def refuse(self) -> None:
+        self._control.stop_listening()
+
+    def restore(self) -> None:
+        self._control.state.outage_status = None
+        self._control.listen()
+
+    def chat_requests(self) -> int:
+        """Chat-completion requests the server received (answered or failed)."""
+        return sum(1 for r in self.requests if r["path"].rstrip("/").endswith("/chat/completions"))
 
 
 def _default_embed(texts: list[str], dimensions: int | None) -> list[list[float]]:
@@ -81,6 +103,7 @@ class _State:
         self.slow_first = slow_first
         self.embed = embed
         self.count = 0
+        self.outage_status: int | None = None
         self.lock = threading.Lock()
         self.requests: list[dict[str, Any]] = []
 
@@ -129,6 +152,9 @@ def _make_handler(state: _State) -> type[BaseHTTPRequestHandler]:
                         "headers": {k.lower(): v for k, v in self.headers.items()},
                     }
                 )
+            if state.outage_status is not None:
+                self._error(state.outage_status, f"scripted outage ({state.outage_status})")
+                return
             if state.delay_sec and (state.slow_first is None or index < state.slow_first):
                 time.sleep(state.delay_sec)
             if index < state.fail_first:
@@ -202,6 +228,36 @@ def _make_handler(state: _State) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class _Control:
+    """The listening socket, which ``refuse()`` closes and ``restore()`` reopens on the port."""
+
+    def __init__(self, state: _State) -> None:
+        self.state = state
+        self.handler = _make_handler(state)
+        self.port = 0
+        self.server: ThreadingHTTPServer | None = None
+        self.thread: threading.Thread | None = None
+        self.listen()
+
+    def listen(self) -> None:
+        if self.server is not None:
+            return
+        server = ThreadingHTTPServer(("127.0.0.1", self.port), self.handler)
+        server.daemon_threads = True
+        self.port = server.server_address[1]
+        self.thread = threading.Thread(target=server.serve_forever, name="fake-openai", daemon=True)
+        self.thread.start()
+        self.server = server
+
+    def stop_listening(self) -> None:
+        server, self.server = self.server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+            assert self.thread is not None
+            self.thread.join(timeout=5)
+
+
 @contextmanager
 def run_fake_openai(
     script: Script | None = None,
@@ -221,15 +277,11 @@ def run_fake_openai(
         slow_first,
         embed or _default_embed,
     )
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(state))
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, name="fake-openai", daemon=True)
-    thread.start()
-    base = FakeOpenAI(f"http://127.0.0.1:{server.server_address[1]}/v1")
+    control = _Control(state)
+    base = FakeOpenAI(f"http://127.0.0.1:{control.port}/v1")
     base.requests = state.requests
+    base._control = control
     try:
         yield base
     finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+        control.stop_listening()

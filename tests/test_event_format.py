@@ -69,6 +69,10 @@ FIELD_ORDER = {
     "MessageRecord.Processed": [
         "timestamp", "extractor", "extraction", "raw_output", "error", "llm_calls", "decisions",
     ],
+    # new in issue 10 (ADR-0014); pinned from its first release on
+    "MessageRecord.ExtractionDeferred": [
+        "timestamp", "agent_id", "message_id", "recorded_at", "reason", "attempts",
+    ],
 }
 # the exact state bytes of a FactUpdated (timestamp masked) as the code writes them now
 FACT_UPDATED_STATE = (
@@ -115,6 +119,7 @@ def story(agent: str = "a") -> tuple[AgentMemory, MessageRecord]:
     mem.merge_entities("person:cy", "person:bo", "m4", "same")
     rec = MessageRecord(agent_id=agent, message_id="m1", session_id=None, speaker="Ana",
                         text="hi", occurred_at=T, metadata={})
+    rec.defer_extraction("LLM call failed: connection refused", 3)
     rec.complete({"extractor": "x"}, {"facts": []}, None, None, 1, {"ADD": 1})
     return mem, rec
 

@@ -91,7 +91,13 @@ def drive(app: MemoryApplication, agent: str, messages: int, start: int = 0) -> 
             mem.forget(at, "user request", BY)
         if i % 3 == 2 and mem.is_active(f"u{i}"):  # the user corrected it (ADR-0019)
             mem.note_correction(f"u{i}", f"f{i - 1}", f"m{i}", "actually")
-        rec.complete({"extractor": "test"}, {}, None, None, 0, {})
+        if i % 4 == 3:  # an LLM outage deferred it twice before it was extracted (ADR-0014)
+            rec.defer_extraction("LLM call failed: connection refused", 3)
+            rec.defer_extraction("LLM call timed out after 30s", 1)
+        if i % 6 == 5:  # ... and one that is still pending
+            rec.defer_extraction("still down", 2)
+        else:
+            rec.complete({"extractor": "test"}, {}, None, None, 0, {})
         pos = app.save(mem, rec)[-1].notification.id
         if i % 4 == 3:  # sleep-time jobs: retrieval feedback and importance (ADR-0019)
             pos = _job_events(app, agent, i, at)
@@ -141,6 +147,9 @@ def test_rebuild_equals_incremental_and_never_re_embeds(pg_url: str, store: Any)
     assert any(r[0] for r in _columns(pg_url, schema, "mem_facts", "is_correction"))
     assert 0.55 in {r[0] for r in _columns(pg_url, schema, "mem_entities", "importance")}
     assert incremental["mem_patterns"]
+    # pending: m5, m11 (deferred 3 times) of agent-a, m5 of agent-b; m3, m7 were extracted later
+    assert [(r[0], r[1], r[6]) for r in incremental["mem_extraction_pending"]] == [
+        ("agent-a", "m11", 3), ("agent-a", "m5", 1), ("agent-b", "m5", 1)]
 
     cold = embedder.texts
     counting = CountingEmbedder(HashEmbedder())
