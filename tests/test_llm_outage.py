@@ -212,3 +212,36 @@ def test_ingest_outage_nacks_then_defers_and_the_retrier_extracts(
     before, calls = dump(pg_url, schema), fake.chat_requests()
     memory.rebuild()
     assert dump(pg_url, schema) == before and fake.chat_requests() == calls
+
+
+# ----- the command line ------------------------------------------------------------------
+
+
+def test_cli_pending_and_reprocess_failed(
+    monkeypatch: pytest.MonkeyPatch, pg_url: str, fresh_schema: Any, fake: FakeOpenAI, agent_id: str
+) -> None:
+    from typer.testing import CliRunner
+
+    from engramdb.services.cli import app as cli
+
+    schema, _env = fresh_schema("cli")
+    for key, value in {
+        "DATABASE_URL": pg_url, "DB_SCHEMA": schema, "EMBEDDING_MODEL": "hash-bow-384",
+        "LLM_BASE_URL": str(fake), "LLM_MODEL": "fake-model", "LLM_MAX_RETRIES": "0",
+    }.items():
+        monkeypatch.setenv(f"ENGRAMDB_{key}", value)
+    fake.refuse()
+    with Memory.open(quiet=True) as memory:
+        assert memory.write(agent_id, "I live in Porto.", speaker="Ana", message_id="c1").extraction_pending
+    runner = CliRunner()
+    listed = runner.invoke(cli, ["pending", "--agent", agent_id, "--json"])
+    assert listed.exit_code == 0, listed.output
+    assert '"message_id":"c1"' in listed.output and "Connection" in listed.output
+    down = runner.invoke(cli, ["reprocess", "--agent", agent_id, "--failed"])
+    assert down.exit_code == 1 and "LLM still unavailable" in down.output
+    assert runner.invoke(cli, ["reprocess", "--agent", agent_id]).exit_code == 2  # needs --failed
+    fake.restore()
+    done = runner.invoke(cli, ["reprocess", "--agent", agent_id, "--message", "c1", "--failed"])
+    assert done.exit_code == 0 and f'"{agent_id}/c1"' in done.output
+    after = runner.invoke(cli, ["pending", "--agent", agent_id])
+    assert after.exit_code == 0 and "0 pending extraction(s)" in after.output
