@@ -133,13 +133,27 @@ def test_a_later_message_never_overtakes_a_deferred_one(
 # ----- the synchronous write path (Python API / HTTP) -------------------------------------
 
 
+async def _http_write(memory: Memory, body: dict[str, Any]) -> dict[str, Any]:
+    import httpx
+
+    from engramdb.services.http_api import create_app
+
+    transport = httpx.ASGITransport(app=create_app(memory))
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        response = await client.post("/v1/messages", json=body)
+    assert response.status_code == 200, response.text
+    result: dict[str, Any] = response.json()
+    return result
+
+
 def test_sync_write_during_outage_is_pending_then_reprocessed_in_order(
     memory: Memory, fake: FakeOpenAI, agent_id: str, pg_url: str
 ) -> None:
     fake.refuse()
     first = memory.write(agent_id, "I live in Porto.", speaker="Ana", message_id="m1")
-    second = memory.write(agent_id, "I play the cello.", speaker="Ana", message_id="m2")
-    assert first.extraction_pending and second.extraction_pending
+    second = asyncio.run(_http_write(memory, {  # the HTTP API says so too
+        "agent_id": agent_id, "text": "I play the cello.", "speaker": "Ana", "message_id": "m2"}))
+    assert first.extraction_pending and second["extraction_pending"] is True
     assert "Connection" in (first.extraction_error or "")
     assert memory.app.message_record(agent_id, "m1") is not None  # the message is kept
     assert pending_now(memory, agent_id) == 2 and pending_now(memory) >= 2

@@ -209,7 +209,8 @@ class IngestService:
         kwargs: dict[str, Any] = {} if recorded is None else {"recorded": recorded}
         if isinstance(pipeline, WritePipeline):  # an LLM outage: nack, until the last attempt
             kwargs["attempts"] = deliveries
-            kwargs["on_outage"] = "defer" if deliveries >= self.extraction_attempts else "raise"
+            last = min(self.extraction_attempts, self.max_deliver)  # never beyond max_deliver
+            kwargs["on_outage"] = "defer" if deliveries >= last else "raise"
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._heartbeat, raw)
             try:
