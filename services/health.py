@@ -60,6 +60,11 @@ class HealthReport(BaseModel):
     head: int | None = Field(default=None, description="max notification id of the event log")
     max_lag: int
     projections: dict[str, ProjectionHealth] = Field(default_factory=dict)
+    extraction_pending: int | None = Field(
+        default=None,
+        description="messages an LLM outage left unextracted (ADR-0014); informational: "
+        "they are re-extracted when the LLM answers, readiness does not depend on them",
+    )
 
 
 def check_database(pool: ConnectionPool, timeout: float = DEFAULT_TIMEOUT) -> ComponentHealth:
@@ -186,5 +191,8 @@ def format_report(report: HealthReport) -> str:
         running = "" if proj.running is None else ("  running" if proj.running else "  STOPPED")
         restarts = f"  restarts {proj.restarts}" if proj.restarts else ""
         lines.append(f"projection {name}: position {proj.position}  lag {proj.lag}{running}{restarts}")
+    if report.extraction_pending is not None:
+        lines.append(f"extraction pending: {report.extraction_pending} message(s)"
+                     + ("  (see `engramdb pending`)" if report.extraction_pending else ""))
     lines.extend(f"! {reason}" for reason in report.reasons)
     return "\n".join(lines)

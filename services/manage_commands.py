@@ -125,7 +125,7 @@ def dry_run_write(pipeline: WritePipeline, request: ConversationMessage) -> Writ
     record = pipeline._new_record(request)  # never saved
     with pipeline.agent_lock(request.agent_id):
         memory = copy.deepcopy(app.agent_memory(request.agent_id))
-    extraction, error, _raw, llm_calls, info = pipeline._extract(
+    extraction, error, _raw, llm_calls, info, transient = pipeline._extract(
         pipeline._extraction_input(record, memory)
     )
     ctx = MessageContext(
@@ -154,5 +154,6 @@ def dry_run_write(pipeline: WritePipeline, request: ConversationMessage) -> Writ
     errors = "; ".join(e for e in [error, *notes] if e) or None
     result = write_result(request, 0, report, llm_calls + memo.llm_calls, errors, False, 0)
     result.dry_run = True
+    result.extraction_pending = transient  # an LLM outage: a real write would defer (ADR-0014)
     result.duration_ms = (time.perf_counter() - started) * 1000.0
     return result

@@ -8,6 +8,7 @@ and HTTP services and the CLI are thin shells around it.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from datetime import datetime
@@ -96,6 +97,7 @@ class Memory(ManageMixin):
             if rm.projected:
                 self.metrics.projector_restarts.labels(rm.name)
         self.metrics.watch_projections(self._lag_snapshot)
+        self.metrics.watch_pending(self.pending_count)
         self.pipeline = WritePipeline(
             self.app,
             extractor,
@@ -275,7 +277,7 @@ class Memory(ManageMixin):
         """Readiness (``/readyz``): database, NATS if this process uses one, projector
         liveness (in-process) and projection lag (``max_lag`` events, default the
         ``ENGRAMDB_READY_MAX_LAG`` setting)."""
-        return check_health(
+        report = check_health(
             pool=self.pool,
             schema=self.schema,
             head=self.app.recorder.max_notification_id,
@@ -284,6 +286,10 @@ class Memory(ManageMixin):
             max_lag=self.max_lag if max_lag is None else max_lag,
             timeout=timeout,
         )
+        if report.database.status == "up":  # informational (ADR-0014), not a readiness condition
+            with contextlib.suppress(Exception):
+                report.extraction_pending = self.pending_count()
+        return report
 
     def _lag_snapshot(self) -> LagSnapshot:
         """For ``/metrics``: log head and projection positions (PostgreSQL), liveness."""

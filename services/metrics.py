@@ -106,6 +106,26 @@ class _IngestCollector(Collector):
         yield from (dead, outcomes, pending)
 
 
+class _PendingCollector(Collector):
+    """Messages an LLM outage left unextracted (ADR-0014), counted at scrape time."""
+
+    def __init__(self, count: Callable[[], int]) -> None:
+        self.count = count
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            value = self.count()
+        except Exception as exc:  # noqa: BLE001 - a scrape must not fail with the database
+            log.warning("metrics: pending extractions unreadable: %s: %s", type(exc).__name__, exc)
+            return
+        gauge = GaugeMetricFamily(
+            "engramdb_extraction_pending",
+            "Recorded messages whose extraction an LLM outage deferred (re-extracted when it is back)",
+        )
+        gauge.add_metric([], value)
+        yield gauge
+
+
 class Metrics:
     """The registry and the instruments of one ``Memory``."""
 
@@ -129,6 +149,9 @@ class Metrics:
 
     def watch_projections(self, read: Callable[[], LagSnapshot]) -> None:
         self.registry.register(_LagCollector(read))
+
+    def watch_pending(self, count: Callable[[], int]) -> None:
+        self.registry.register(_PendingCollector(count))
 
     def watch_ingest(self, stats: Mapping[str, int]) -> None:
         """Expose an ingest service's tallies (one ingest service per ``Memory``)."""

@@ -23,6 +23,7 @@ from engramdb.services.app import MemoryApplication
 from engramdb.services.extraction import LLMExtractor
 from engramdb.services.extraction_retrier import ExtractionRetrier
 from engramdb.services.ingest import IngestThread, build_ingest_app
+from engramdb.services.manage_commands import dry_run_write
 from engramdb.services.memory import Memory
 from engramdb.services.write import WritePipeline
 from tests.fake_openai_server import FakeOpenAI, run_fake_openai
@@ -85,6 +86,7 @@ def test_outage_defers_but_bad_answers_still_fail_safe(
     try:
         pipeline = WritePipeline(app, LLMExtractor(fake_llm(fake), timeout_sec=5.0))
         fake.refuse() if outage == "refuse" else fake.fail_with(outage)
+        assert dry_run_write(pipeline, msg(agent_id, "I live in Porto.", "m1")).extraction_pending
         down = pipeline.write(msg(agent_id, "I live in Porto.", "m1"))
         assert down.extraction_pending and down.decisions == [] and down.extraction_error
         record = app.message_record(agent_id, "m1")
@@ -157,6 +159,9 @@ def test_sync_write_during_outage_is_pending_then_reprocessed_in_order(
     assert "Connection" in (first.extraction_error or "")
     assert memory.app.message_record(agent_id, "m1") is not None  # the message is kept
     assert pending_now(memory, agent_id) == 2 and pending_now(memory) >= 2
+    # what `engramdb status` / /readyz and /metrics show
+    assert memory.health().extraction_pending == 2
+    assert "engramdb_extraction_pending 2.0" in memory.metrics.exposition().decode()
     listed = memory.pending_extractions(agent_id)
     assert [p.message_id for p in listed] == ["m1", "m2"]
     assert listed[0].attempts == 1 and listed[0].deferrals == 1
