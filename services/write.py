@@ -31,11 +31,9 @@ Why it is shaped like this (ADR-0004):
 - **Fail-safe.** Extractor errors give an empty extraction (the message stays recorded,
   the error is recorded); reconciliation errors fall back to plain ADDs. Only storage
   failures (database down) raise, so a caller such as the NATS ingest can retry.
-- **An LLM outage is not an answer** (ADR-0014). A *transient* extraction failure
-  (unreachable, timeout, 429, 5xx) records no empty extraction: ``on_outage="defer"``
-  (default) saves ``ExtractionDeferred`` and returns ``extraction_pending``; ``"raise"`` (NATS
-  ingest before its last attempt) saves nothing and raises ``ExtractionUnavailable``. The
-  message stays recorded, not processed; a later write of it (retrier, reprocess) extracts it.
+- **An LLM outage is not an answer** (ADR-0014): no empty extraction; ``on_outage="defer"``
+  saves ``ExtractionDeferred`` (``extraction_pending``), ``"raise"`` (ingest before its last
+  attempt) raises ``ExtractionUnavailable``. A later write of the message extracts it.
 """
 
 from __future__ import annotations
@@ -72,15 +70,8 @@ from engramdb.services.write_models import (
     write_result,
 )
 
-__all__ = [
-    "DecisionOut",
-    "ExtractionUnavailable",
-    "RejectedOut",
-    "WriteConfig",
-    "WritePipeline",
-    "WriteRequest",
-    "WriteResult",
-]
+__all__ = ["DecisionOut", "ExtractionUnavailable", "RejectedOut", "WriteConfig", "WritePipeline",
+           "WriteRequest", "WriteResult"]
 
 log = logging.getLogger(__name__)
 
