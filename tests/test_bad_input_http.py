@@ -122,14 +122,18 @@ async def test_request_bodies_are_capped_with_413(client: httpx.AsyncClient, age
     assert small.status_code == 200, small.text
 
 
-async def test_reused_message_id_with_other_text_is_409(client: httpx.AsyncClient, agent_id: str) -> None:
+async def test_reused_message_id_with_other_text_is_409(
+    client: httpx.AsyncClient, memory: Memory, agent_id: str
+) -> None:
     first = {"agent_id": agent_id, "message_id": "m-1", "text": "I live in Recife.", "speaker": "Ana"}
-    assert (await client.post("/v1/messages", json=first)).status_code == 200
+    written = await client.post("/v1/messages", json=first)
+    assert written.status_code == 200
     again = await client.post("/v1/messages", json=first)
     assert again.status_code == 200 and again.json()["duplicate"] is True
     other = await client.post("/v1/messages", json={**first, "text": "I live in Porto."})
     assert other.status_code == 409, other.text
     assert other.json()["detail"][0]["loc"] == ["body", "message_id"] and "conflict" in other.text
+    memory.wait_for_projections(written.json()["position"])  # read your write before checking it
     r = await client.get(f"/v1/agents/{agent_id}/facts")
     assert "Recife" in r.text and "Porto" not in r.text  # the original stays
 
