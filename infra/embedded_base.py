@@ -169,7 +169,7 @@ class ClientRegistry:
             token.unlink()
 
     def live_count(self) -> int:
-        """Prune tokens of dead processes and count the rest."""
+        """Prune tokens of dead processes and count the rest (see ``prune``)."""
         count = 0
         for token in self.directory.glob("*.json"):
             info = read_json(token)
@@ -181,7 +181,13 @@ class ClientRegistry:
                     token.unlink()
         return count
 
-    def clear(self) -> None:
-        for token in self.directory.glob("*.json"):
-            with contextlib.suppress(FileNotFoundError):
-                token.unlink()
+    def prune(self) -> None:
+        """Drop only the claims of dead processes.
+
+        Why not clear them all when a crashed server is restarted: a live process (``serve``)
+        still holds its claim on the *data dir's* server, whichever instance runs now; without
+        its claim the restarting process would count itself the last user and later stop the
+        server under ``serve``. A claim is removed only by its owner or when its owner is dead
+        (pid + start time, so a recycled pid does not count).
+        """
+        self.live_count()

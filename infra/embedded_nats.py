@@ -178,7 +178,7 @@ def ensure_nats(data_dir: Path | str, *, stop_on_exit: bool = True) -> NatsHandl
                     "restarting it", pid
                 )
                 _kill(pid)
-            registry.clear()
+            registry.prune()  # live owners keep their claim on the restarted server
             binary = nats_server_binary()
             for _attempt in range(3):  # a picked port can be taken before the server binds
                 port = pick_port(state.get("port"))

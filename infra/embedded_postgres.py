@@ -296,7 +296,7 @@ def ensure_postgres(
         live = live_postmaster(pgdata)
         started = live is None
         if live is None:
-            registry.clear()  # tokens referred to a server that is gone
+            registry.prune()  # live owners keep their claim on the restarted server
             recover_stale(pgdata)
             port = pick_port(state.get("port"))
             socket_dir = _start(bin_dir, pgdata, port, run_as, fast_unsafe)
