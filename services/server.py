@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 
 import uvicorn
 
@@ -29,6 +28,7 @@ from engramdb.services.jobs.schedule import start_jobs
 from engramdb.services.memory import Memory
 from engramdb.services.nats_manage import register_manage
 from engramdb.services.nats_retrieve import create_retrieve_broker, retrieve_subject
+from engramdb.services.shutdown import ShutdownRequest, SignalFreeServer
 
 ROLES = ("all", "ingest", "projector", "retrieve", "jobs")
 log = logging.getLogger("engramdb.server")
@@ -41,6 +41,12 @@ def run_server(role: str = "all", settings: Settings | None = None) -> None:
     settings = settings or load_settings()
     if role in ("all", "retrieve"):  # fail before starting anything
         _keyring(settings)
+    # SIGTERM/SIGINT only set a flag: every block below unwinds (drain, release), exit 0
+    with ShutdownRequest().installed() as shutdown:
+        _run(role, settings, shutdown)
+
+
+def _run(role: str, settings: Settings, shutdown: ShutdownRequest) -> None:
     projectors = role in ("all", "projector")
     extracts = role in ("all", "ingest")  # only then is the offline-extractor notice news
     with Memory.open(settings, start_projectors=projectors, quiet=not extracts) as memory:
@@ -64,20 +70,25 @@ def run_server(role: str = "all", settings: Settings | None = None) -> None:
                 memory.pipeline, memory.pool, settings.extraction_retry_interval_sec
             ).start()
         try:
-            if role in ("all", "retrieve") and nats_url is not None:
-                asyncio.run(_serve_retrieve(memory, nats_url, settings))
+            if shutdown.requested:
+                pass  # stopped while starting up
+            elif role in ("all", "retrieve") and nats_url is not None:
+                asyncio.run(_serve_retrieve(memory, nats_url, settings, shutdown))
             else:
-                _block_until_signal()
+                shutdown.wait()
         finally:
             if retrier is not None:
                 retrier.stop()
             if jobs is not None:
                 jobs.stop()
             if ingest is not None:
-                ingest.stop()
+                ingest.stop()  # drains: in-flight messages are written and acked first
+        log.info("stopped; releasing the database and embedded servers")
 
 
-async def _serve_retrieve(memory: Memory, nats_url: str, settings: Settings) -> None:
+async def _serve_retrieve(
+    memory: Memory, nats_url: str, settings: Settings, shutdown: ShutdownRequest
+) -> None:
     subject = retrieve_subject(settings.subject_prefix)
     broker = create_retrieve_broker(memory, nats_url, subject)
     register_manage(broker, memory, f"{settings.subject_prefix}.manage")  # <prefix>.manage.<op>, beside retrieve
@@ -91,8 +102,10 @@ async def _serve_retrieve(memory: Memory, nats_url: str, settings: Settings) -> 
     config = uvicorn.Config(
         app, host=settings.http_host, port=settings.http_port, log_level="info"
     )
+    server = SignalFreeServer(config)
+    shutdown.watch(server)
     try:
-        await uvicorn.Server(config).serve()
+        await server.serve()
     finally:
         await broker.stop()
 
@@ -105,15 +118,3 @@ def _keyring(settings: Settings) -> KeyRing:
         raise SystemExit(str(exc)) from None
     check_bind(settings.http_host, ring)
     return ring
-
-
-def _block_until_signal() -> None:
-    stop = asyncio.Event()
-
-    async def wait() -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
-
-    asyncio.run(wait())
