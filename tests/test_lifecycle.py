@@ -11,7 +11,15 @@ from pathlib import Path
 
 import psutil
 import pytest
-from fault_harness import Serve, assert_all_processed_once, consumer_state, counts, publish, wait_for, workload
+from fault_harness import (
+    Serve,
+    assert_all_processed_once,
+    consumer_state,
+    counts,
+    publish,
+    wait_for,
+    workload,
+)
 
 from engramdb.infra.embedded_base import process_alive, read_json
 from engramdb.infra.embedded_nats import ensure_nats, nats_running
