@@ -46,8 +46,8 @@ class ShutdownRequest:
         try:
             yield self
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         server = self._server
