@@ -82,8 +82,9 @@ def can_access_as(run_as: RunAs, path: Path, test_flag: str) -> bool:
     return result.returncode == 0
 
 
-def check_reachable_as(run_as: RunAs, data_dir: Path, bin_dir: Path) -> None:
-    """Fail early (before creating anything) if the server user could not reach its files."""
+def check_reachable_as(run_as: RunAs, data_dir: Path) -> None:
+    """Fail early (before creating anything) if the server user could not reach the data dir.
+    (Binaries it cannot reach are copied into the data dir: ``embedded_pg_binaries``.)"""
     ancestor = data_dir.parent
     while not ancestor.exists():
         ancestor = ancestor.parent
@@ -95,12 +96,6 @@ def check_reachable_as(run_as: RunAs, data_dir: Path, bin_dir: Path) -> None:
             "ENGRAMDB_DATA_DIR to a directory whose parents are world-traversable (e.g. "
             f"/var/lib/engramdb); grant traverse only to that user (`setfacl -m u:{run_as.name}:x "
             "<each parent>`); run engramdb as a non-root user; or set ENGRAMDB_DATABASE_URL."
-        )
-    if not can_access_as(run_as, bin_dir / "postgres", "x"):
-        raise EmbeddedServerError(
-            f"system user {run_as.name!r} cannot execute {bin_dir / 'postgres'} (the Python "
-            "environment is not readable by other users). Install engramdb in a world-readable "
-            "environment, run as a non-root user, or set ENGRAMDB_DATABASE_URL."
         )
 
 

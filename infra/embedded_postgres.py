@@ -43,6 +43,7 @@ from engramdb.infra.embedded_base import (
     wait_until,
     write_json,
 )
+from engramdb.infra.embedded_pg_binaries import server_bin_dir
 from engramdb.infra.embedded_pg_recovery import live_postmaster, recover_stale
 from engramdb.infra.embedded_pg_user import (
     RunAs,
@@ -228,9 +229,14 @@ def _stop_server(data_dir: Path) -> None:
     pid = live[0]
     state = read_json(run_dir(data_dir) / "postgres.json")
     run_as = run_as_user(state.get("system_user")) if os.geteuid() == 0 else None
+    recorded = state.get("bin_dir")
+    bin_dir = (  # the build that started it (a copy, for a private venv as root)
+        Path(recorded) if isinstance(recorded, str) and Path(recorded, "pg_ctl").is_file()
+        else pg_bin_dir()
+    )
     try:
         _pg(
-            pg_bin_dir(),
+            bin_dir,
             "pg_ctl",
             ["-w", "-t", "30", "-D", str(pgdata), "-m", "fast", "stop"],
             run_as,
@@ -265,13 +271,14 @@ def ensure_postgres(
     bin_dir = pg_bin_dir()
     run_as = run_as_user(system_user)
     if run_as:
-        check_reachable_as(run_as, data_dir, bin_dir)
+        check_reachable_as(run_as, data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     runs = run_dir(data_dir)
     pgdata = data_dir / "pg"
     with file_lock(runs / "postgres.lock"):
         if run_as:
             prepare_dirs_as_root(run_as, data_dir, pgdata)
+            bin_dir = server_bin_dir(bin_dir, run_as, data_dir)  # a copy if the venv is private
         else:
             pgdata.mkdir(mode=0o700, exist_ok=True)
         state_path = runs / "postgres.json"
@@ -325,7 +332,12 @@ def ensure_postgres(
                 f"PostgreSQL (pid {live[0]}) is running but refuses connections; "
                 f"see {pgdata / 'server.log'}"
             )
-        state.update(port=port, pid=live[0], system_user=run_as.name if run_as else None)
+        state.update(
+            port=port,
+            pid=live[0],
+            system_user=run_as.name if run_as else None,
+            bin_dir=str(bin_dir),
+        )
         write_json(state_path, state)
         handle._token = registry.register()
     if stop_on_exit:
