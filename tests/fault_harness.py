@@ -35,7 +35,9 @@ CITIES = ("Lisbon", "Porto", "Recife", "Natal", "Belem", "Manaus", "Santos", "Ol
 DURABLE = "engramdb-ingest"  # the consumer ``serve`` uses (default prefix)
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.1) -> float:
+def wait_for(
+    predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.1
+) -> float:
     """Poll until true; returns the seconds it took, fails the test naming ``what``."""
     start = time.monotonic()
     while time.monotonic() - start < timeout:
@@ -126,7 +128,9 @@ class Serve:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(10)
-            raise AssertionError(f"serve ignored SIGTERM for {timeout} s:\n{self.log_tail()}") from None
+            raise AssertionError(
+                f"serve ignored SIGTERM for {timeout} s:\n{self.log_tail()}"
+            ) from None
         return code, time.monotonic() - start
 
     def kill(self) -> None:
@@ -234,7 +238,9 @@ def consumer_state(nats_url: str) -> tuple[int, int]:
     return asyncio.run(go())
 
 
-def nats_retrieve(nats_url: str, agent_id: str, query: str, timeout: float = 10.0) -> dict[str, Any]:
+def nats_retrieve(
+    nats_url: str, agent_id: str, query: str, timeout: float = 10.0
+) -> dict[str, Any]:
     async def go() -> dict[str, Any]:
         nc = await nats.connect(nats_url)
         try:
@@ -255,7 +261,7 @@ def assert_all_processed_once(
     NATS) answering and /readyz green."""
     try:
         wait_for(lambda: counts(db_url, schema).processed_records >= n, timeout, f"{n} processed")
-        wait_for(lambda: counts(db_url, schema).projected_processed >= n, 60, "projector catch-up")
+        wait_for(lambda: counts(db_url, schema).projected_processed >= n, 45, "projector catch-up")
         wait_for(lambda: consumer_state(nats_url) == (0, 0), 60, "the ingest consumer drained")
     except AssertionError as exc:
         raise AssertionError(f"{exc}; {counts(db_url, schema)}\n{serve.log_tail()}") from None

@@ -55,7 +55,9 @@ def test_sigterm_drains_ingest_and_releases_embedded_servers(data_dir: Path) -> 
         assert pg_pid and nats_pid
         db_url, nats_url = _embedded_urls(data_dir)
         publish(nats_url, workload(N, AGENTS, "life"))
-        wait_for(lambda: counts(db_url, "public").processed_records >= N // 5, 60, "ingest under way")
+        wait_for(
+            lambda: counts(db_url, "public").processed_records >= N // 5, 60, "ingest under way"
+        )
         code, seconds = serve.terminate(timeout=60)
     finally:
         serve.kill()
