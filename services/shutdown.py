@@ -39,8 +39,12 @@ class ShutdownRequest:
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[ShutdownRequest]:
-        """Own SIGINT/SIGTERM (main thread only) until the block ends, then restore them."""
+        """Own SIGINT/SIGTERM until the block ends, then restore them. Off the main thread
+        (an embedding host) signals cannot be handled: the host calls ``request_stop()``."""
         previous: dict[int, Any] = {}
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
         for sig in SIGNALS:
             previous[sig] = signal.signal(sig, self._handle)
         try:
@@ -50,11 +54,17 @@ class ShutdownRequest:
                 signal.signal(signum, handler)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.request_stop(signal.Signals(signum).name)
+
+    def request_stop(self, why: str = "stop requested") -> None:
+        """First call: stop serving and unwind; a second one forces uvicorn to drop open
+        connections instead of waiting for them."""
         server = self._server
-        if self.event.is_set() and server is not None:
-            server.force_exit = True  # second signal: stop waiting for open connections
-        elif not self.event.is_set():
-            log.info("%s received: draining and stopping", signal.Signals(signum).name)
+        if self.event.is_set():
+            if server is not None:
+                server.force_exit = True
+        else:
+            log.info("%s: draining and stopping", why)
         self.event.set()
         if server is not None:
             server.should_exit = True

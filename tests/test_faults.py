@@ -25,6 +25,7 @@ from pathlib import Path
 import psutil
 import pytest
 from fault_harness import (
+    ProjectorLag,
     Serve,
     assert_all_processed_once,
     counts,
@@ -33,6 +34,7 @@ from fault_harness import (
     wait_for,
     workload,
 )
+from nats.errors import NoRespondersError
 
 from engramdb.infra.embedded_base import process_alive, read_json
 from engramdb.infra.embedded_nats import NatsHandle, ensure_nats, nats_running
@@ -122,6 +124,7 @@ def test_kill_9_serve_mid_ingest_then_restart(
 @pytest.mark.xfail(
     reason="needs wt-heal: projectors die on a database error and are never restarted "
     "(issue 10 item 3); ingest itself recovers (all messages processed exactly once)",
+    raises=ProjectorLag,
     strict=False,
 )
 def test_kill_9_embedded_postgres_mid_ingest(
@@ -178,6 +181,12 @@ OUTAGE_SEC = 180
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(
+    reason="needs wt-heal: the NATS retrieve client gives up reconnecting after ~2 min "
+    "(issue 10 item 3); ingest itself resumes (all messages processed exactly once)",
+    raises=NoRespondersError,
+    strict=False,
+)
 def test_three_minute_nats_outage(
     pg_url: str,
     fresh_schema: Callable[..., tuple[str, dict[str, str]]],
