@@ -81,6 +81,12 @@ class Settings(BaseSettings):
     job_consolidation_interval_sec: float = Field(default=3600.0, gt=0)
     job_timeout_sec: float = Field(default=600.0, gt=0, description="per job and agent")
     feedback_retention_days: float = Field(default=30.0, gt=0, description="feedback stream max age")
+    ingest_ack_wait_sec: float = Field(
+        default=30.0,
+        gt=0,
+        description="JetStream ack wait: how soon a message held by a crashed ingest process "
+        "is redelivered (a live one sends 'working' heartbeats, so slow writes are not)",
+    )
 
     @field_validator("llm_api_key", "llm_base_url", "openai_embedding_model", mode="before")
     @classmethod

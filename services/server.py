@@ -60,8 +60,12 @@ def _run(role: str, settings: Settings, shutdown: ShutdownRequest) -> None:
         retrier = None
         if role in ("all", "ingest") and nats_url is not None:
             app, _broker = build_ingest_app(
-                nats_url, memory.pipeline, metrics=memory.metrics, prefix=settings.subject_prefix,
+                nats_url,
+                memory.pipeline,
+                metrics=memory.metrics,
+                prefix=settings.subject_prefix,
                 extraction_attempts=settings.extraction_attempts,
+                ack_wait=settings.ingest_ack_wait_sec,
             )
             ingest = IngestThread(app).start()
             log.info("ingest consuming %s.messages.> on %s", settings.subject_prefix, redact_url(nats_url))

@@ -63,6 +63,7 @@ def test_sigterm_drains_ingest_and_releases_embedded_servers(data_dir: Path) -> 
         serve.kill()
     assert code == 0, serve.log_tail()
     assert seconds < 30, f"SIGTERM took {seconds:.1f} s"
+    print(f"SIGTERM mid-ingest: exit {code} after {seconds:.1f} s")
     # the embedded servers serve started (and nobody else claimed) are gone
     # (pg_ctl stop returns once postmaster.pid is gone, a moment before the process exits)
     wait_for(lambda: not any(map(process_alive, (pg_pid, nats_pid))), 10, "servers gone")
