@@ -24,6 +24,7 @@ from fault_harness import (
 from engramdb.infra.embedded_base import process_alive, read_json
 from engramdb.infra.embedded_nats import ensure_nats, nats_running
 from engramdb.infra.embedded_postgres import ensure_postgres, postgres_running
+from engramdb.infra.nats_auth import load_users, with_credentials
 
 N, AGENTS = 300, 4
 
@@ -42,9 +43,10 @@ def _embedded_urls(data_dir: Path) -> tuple[str, str]:
     """The URLs of serve's embedded servers, read from its state (no claim of our own)."""
     pg = read_json(data_dir / "run" / "postgres.json")
     nc = read_json(data_dir / "run" / "nats.json")
+    service = load_users(data_dir)["service"]  # the embedded NATS requires credentials
     return (
         f"postgresql://postgres:{pg['password']}@127.0.0.1:{pg['port']}/postgres",
-        f"nats://127.0.0.1:{nc['port']}",
+        with_credentials(f"nats://127.0.0.1:{nc['port']}", service["user"], service["password"]),
     )
 
 
