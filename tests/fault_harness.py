@@ -39,6 +39,10 @@ class ProjectorLag(AssertionError):
     """The projector did not catch up with the event log (what a dead projector looks like)."""
 
 
+class RetrieveFailed(AssertionError):
+    """Retrieve did not answer after the recovery (e.g. a 500 from a stale pooled connection)."""
+
+
 def wait_for(
     predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.1
 ) -> float:
@@ -265,6 +269,7 @@ def assert_all_processed_once(
     """The end checks every scenario shares: every message recorded and processed exactly
     once, no duplicate fact, the projector caught up, the stream consumed, retrieve (HTTP and
     NATS) answering and /readyz green."""
+
     def explain(exc: AssertionError) -> str:
         return f"{exc}; {counts(db_url, schema)}\n{serve.log_tail()}"
 
@@ -288,8 +293,13 @@ def assert_all_processed_once(
         assert row is not None
         agent = str(row[0])
     status, body = serve.post("/v1/retrieve", {"agent_id": agent, "query": query})
-    assert status == 200 and body["facts"], (status, body)
+    if not (status == 200 and body["facts"]):
+        raise RetrieveFailed(f"HTTP retrieve: {status} {body}\n{serve.log_tail()}")
     reply = nats_retrieve(nats_url, agent, query)
-    assert reply.get("result", {}).get("facts"), reply
-    wait_for(lambda: serve.get("/readyz")[0] == 200, 30, f"/readyz green: {serve.get('/readyz')}")
+    if not reply.get("result", {}).get("facts"):
+        raise RetrieveFailed(f"NATS retrieve: {reply}\n{serve.log_tail()}")
+    try:
+        wait_for(lambda: serve.get("/readyz")[0] == 200, 30, "/readyz green")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {serve.get('/readyz')}\n{serve.log_tail()}") from None
     return final
