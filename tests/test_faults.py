@@ -25,8 +25,6 @@ from pathlib import Path
 import psutil
 import pytest
 from fault_harness import (
-    ProjectorLag,
-    RetrieveFailed,
     Serve,
     assert_all_processed_once,
     counts,
@@ -35,7 +33,6 @@ from fault_harness import (
     wait_for,
     workload,
 )
-from nats.errors import NoRespondersError
 
 from engramdb.infra.embedded_base import process_alive, read_json
 from engramdb.infra.embedded_nats import NatsHandle, ensure_nats, nats_running
@@ -122,13 +119,6 @@ def test_kill_9_serve_mid_ingest_then_restart(
     _report(f"kill -9 serve (at {at_kill.processed_records} processed)", start, final)
 
 
-@pytest.mark.xfail(
-    reason="needs wt-heal (issue 10 item 3): projectors die on a database error and are never "
-    "restarted; the first retrieve after a PostgreSQL restart is a 500 (stale pooled "
-    "connection). Ingest itself recovers: all messages processed exactly once",
-    raises=(ProjectorLag, RetrieveFailed),
-    strict=False,
-)
 def test_kill_9_embedded_postgres_mid_ingest(
     workdir: Path, own_nats: Callable[[], NatsHandle], serve_factory: Callable[..., Serve]
 ) -> None:
@@ -183,12 +173,6 @@ OUTAGE_SEC = 180
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    reason="needs wt-heal: the NATS retrieve client gives up reconnecting after ~2 min "
-    "(issue 10 item 3); ingest itself resumes (all messages processed exactly once)",
-    raises=NoRespondersError,
-    strict=False,
-)
 def test_three_minute_nats_outage(
     pg_url: str,
     fresh_schema: Callable[..., tuple[str, dict[str, str]]],
