@@ -195,7 +195,7 @@ class Counts:
     recorded: int  # MessageRecord.Recorded events (one per message id)
     processed: int  # MessageRecord.Processed events (must be one per record)
     processed_records: int  # distinct records with a Processed event
-    duplicate_facts: int  # ADD/UPDATE decisions repeating (agent, source message, text)
+    duplicate_facts: int  # facts repeating (agent, source message, text) in mem_facts
     fact_decisions: int  # ADD + UPDATE decisions (one per message with this workload)
     projected_processed: int  # mem_messages rows marked processed (the projector's view)
 
@@ -215,21 +215,22 @@ def counts(db_url: str, schema: str) -> Counts:
             ).format(events)
         ).fetchone()
         assert row is not None
-        dup = conn.execute(
-            sql.SQL(
-                "SELECT count(*) FROM (SELECT 1 FROM {} WHERE topic ~ '(FactAdded|FactUpdated)$' "
-                "GROUP BY originator_id, convert_from(state, 'UTF8')::jsonb->>'source_message_id',"
-                " convert_from(state, 'UTF8')::jsonb->>'text' HAVING count(*) > 1) d"
-            ).format(events)
-        ).fetchone()
         try:
             projected = conn.execute(
                 sql.SQL("SELECT count(*) FROM {} WHERE processed").format(
                     sql.Identifier(schema, "mem_messages")
                 )
             ).fetchone()
+            # event payloads are encrypted per agent (ADR-0018): look for repeats in the
+            # facts read model, which keeps superseded facts too
+            dup = conn.execute(
+                sql.SQL(
+                    "SELECT count(*) FROM (SELECT 1 FROM {} GROUP BY agent_id, "
+                    "source_message_id, fact_text HAVING count(*) > 1) d"
+                ).format(sql.Identifier(schema, "mem_facts"))
+            ).fetchone()
         except psycopg.errors.UndefinedTable:
-            projected = (0,)
+            projected, dup = (0,), (0,)
     assert dup is not None and projected is not None
     return Counts(row[0], row[1], row[2], dup[0], row[3], projected[0])
 
