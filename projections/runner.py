@@ -12,6 +12,13 @@ A ``projections.supervisor.Supervisor`` thread restarts a runner that died (data
 failing statement) with capped exponential backoff; ``status()`` reports liveness, restarts
 and the last error per projection (``Memory.health``, ``/metrics``).
 
+Several processes on one database (ADR-0020): a supervised set *elects* one runner per
+projection with a PostgreSQL session advisory lock (``infra.advisory_locks``) on a dedicated
+connection. The holder runs the projection; the other processes keep it *standby* (reported by
+``status()``), try the lock every ``STANDBY_POLL`` seconds and take over once the holder's
+session ends (a ``kill -9`` included). ``wait`` works the same in a standby process: it reads
+the projection's tracking table.
+
 ``wait_for_position`` does the same from any process (e.g. a retrieve replica) by polling the
 tracking tables: positions are data in PostgreSQL, not state of a runner.
 """
@@ -31,6 +38,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from engramdb.domain.ports import EmbeddingProvider
+from engramdb.infra.advisory_locks import AdvisoryLocks, namespace, object_key
 from engramdb.projections.batching import BatchingProjectionRunner, with_batching
 from engramdb.projections.read_model import (
     ReadModel,
@@ -75,11 +83,13 @@ class ProjectionSet:
         supervise: bool = True,
         on_restart: Callable[[str], None] | None = None,
         supervisor_options: dict[str, float] | None = None,
+        elect: bool = True,
     ) -> None:
         """``max_batch_events`` (default 500; 1 = the per-event path) and ``max_batch_wait``
         (seconds to linger for more events, default 0) bound each projection transaction.
         ``supervise`` restarts dead runners (``on_restart(name)`` after each restart;
-        ``supervisor_options``: ``Supervisor`` backoff keywords)."""
+        ``supervisor_options``: ``Supervisor`` backoff keywords). ``elect`` (supervised only):
+        run a projection here only while holding its lease, else stand by (ADR-0020)."""
         self.application_class = application_class
         self.env = dict(env)
         self.embedder = embedder
@@ -94,6 +104,11 @@ class ProjectionSet:
         self._lock = threading.Lock()
         self._supervisor: Supervisor | None = None
         self._started = False
+        self.elect = elect and supervise
+        self._leases: AdvisoryLocks | None = None
+        self._lease_ns = namespace(
+            "projection", self.env.get("POSTGRES_SCHEMA", "public"), APPLICATION_NAME
+        )
 
     @classmethod
     def start(cls, *args: Any, **kwargs: Any) -> ProjectionSet:
@@ -101,12 +116,18 @@ class ProjectionSet:
         return cls(*args, **kwargs)._start()
 
     def _start(self) -> ProjectionSet:
+        standby: list[str] = []
         try:
+            if self.elect:
+                self._leases = AdvisoryLocks(_conninfo(self.env), "engramdb-projector-leases")
             for rm in self.read_models:
                 if not rm.projected:
                     self._create_tables(rm)
                     continue
-                runner = self._new_runner(rm.name)
+                runner = self._elected_runner(rm.name)
+                if runner is None:
+                    standby.append(rm.name)
+                    continue
                 with self._lock:
                     self.runners[rm.name] = runner
         except BaseException:
@@ -115,12 +136,53 @@ class ProjectionSet:
         self._started = True
         if self.supervise:
             self._supervisor = Supervisor(
-                list(self.runners), self.runners, self._lock, self._restart_runner,
-                on_restart=self.on_restart, **self.supervisor_options,
-            ).start()
+                [*self.runners, *standby], self.runners, self._lock, self._restart_runner,
+                on_restart=self.on_restart, holds=self._holds if self.elect else None,
+                **self.supervisor_options,
+            )
+            for name in standby:
+                state = self._supervisor.status[name]
+                state.running, state.standby = False, True
+            self._supervisor.start()
+        if standby:
+            log.info("projections %s run in another process; standing by", ", ".join(standby))
         return self
 
-    def _restart_runner(self, name: str) -> BatchingProjectionRunner[ReadModelView]:
+    def _elected_runner(self, name: str) -> BatchingProjectionRunner[ReadModelView] | None:
+        """A started runner if this process holds (or takes) the projection's lease, else None."""
+        if self._leases is None:
+            return self._new_runner(name)
+        key = object_key(name)
+        if not self._leases.try_acquire(self._lease_ns, key):
+            return None
+        try:
+            return self._new_runner(name)
+        except BaseException:
+            self._leases.release(self._lease_ns, key)  # let a healthy process take it
+            raise
+
+    def _holds(self, name: str) -> bool:
+        leases = self._leases
+        return leases is not None and (self._lease_ns, object_key(name)) in leases.check()
+
+    def standby(self) -> set[str]:
+        """Projections another process runs (this one stands by to take over)."""
+        supervised = self._supervisor.status if self._supervisor is not None else {}
+        current = self._current()
+        return {n for n, s in supervised.items() if s.standby and n not in current}
+
+    def _tracked(self, names: Iterable[str]) -> dict[str, int | None]:
+        """Positions from the tracking tables (for projections not running in this process)."""
+        names = tuple(names)
+        if not names:
+            return {}
+        schema = self.env.get("POSTGRES_SCHEMA", "public")
+        if self._leases is not None:
+            return self._leases.run(lambda conn: tracking_positions(conn, schema, names))
+        with psycopg.connect(_conninfo(self.env), autocommit=True) as conn:
+            return tracking_positions(conn, schema, names)
+
+    def _restart_runner(self, name: str) -> BatchingProjectionRunner[ReadModelView] | None:
         """``_new_runner`` once the server answers a plain connection within 2 s.
 
         Without the probe, a runner built while the database is down blocks in its pool,
@@ -128,7 +190,7 @@ class ProjectionSet:
         after the server is back; failing fast keeps the supervisor's backoff (<= 2 s) in
         charge."""
         psycopg.connect(_conninfo(self.env), connect_timeout=2).close()
-        return self._new_runner(name)
+        return self._elected_runner(name)
 
     def _new_runner(self, name: str) -> BatchingProjectionRunner[ReadModelView]:
         """A started runner for read model ``name`` (resumes from its tracking position)."""
@@ -163,14 +225,16 @@ class ProjectionSet:
             return dict(self.runners)
 
     def positions(self) -> dict[str, int | None]:
-        return {
+        out: dict[str, int | None] = {
             name: runner.view.max_tracking_id(runner.app_name)
             for name, runner in self._current().items()
         }
+        return {**self._tracked(self.standby() - out.keys()), **out}
 
     def alive(self) -> dict[str, bool]:
-        """Per in-process projector: still following the log (False once its thread died)."""
-        return {name: status.running for name, status in self.status().items()}
+        """Per projector: following the log here, or standing by for another process's
+        (False once its thread died)."""
+        return {name: status.running or status.standby for name, status in self.status().items()}
 
     def status(self) -> dict[str, ProjectorStatus]:
         """Per in-process projector: running, restarts, consecutive failures, last error."""
@@ -182,7 +246,7 @@ class ProjectionSet:
             runner = current.get(name)
             running = runner is not None and not runner.is_interrupted.is_set()
             out[name] = ProjectorStatus(
-                running=running, restarts=base.restarts, failures=base.failures,
+                running=running, standby=base.standby and runner is None, restarts=base.restarts, failures=base.failures,
                 last_error=base.last_error, started_at=base.started_at,
             )
         return out
@@ -201,7 +265,18 @@ class ProjectionSet:
         def lagging() -> list[str]:
             behind = []
             current = self._current()
+            standby = self.standby()
+            if standby:  # run by another process: its tracking table tells
+                try:
+                    tracked = self._tracked(standby)
+                except Exception as exc:  # noqa: BLE001 - the database is away: keep waiting
+                    tracked = {}
+                    log.debug("reading tracking positions failed: %s", exc)
+                behind.extend(f"{n} (in another process)" for n in standby
+                              if (tracked.get(n) or 0) < position)
             for name in names:
+                if name in standby:
+                    continue
                 runner = current.get(name)
                 if runner is None or runner.is_interrupted.is_set():
                     if not self.supervise and runner is not None:
@@ -252,6 +327,9 @@ class ProjectionSet:
             raise errors[0]
         for error in errors:
             log.info("projector stopped with %s: %s", type(error).__name__, error)
+        if self._leases is not None:  # after the runners: a standby may take over now
+            self._leases.close()
+            self._leases = None
 
     def rebuild(self, projection: str | None = None, progress: bool = False) -> RebuildReport:
         """Stop, rebuild from the log (bulk mode), start again."""

@@ -17,6 +17,13 @@ from its failure until it has stayed up that long again.
 While the database is down, building a runner blocks in its connection pool (up to
 eventsourcing's ``POSTGRES_CONNECT_TIMEOUT``, 30 s by default) and completes as soon as the
 server is back; if it times out, that is one more failure and the next try follows the backoff.
+
+Several processes (ADR-0020): ``make(name)`` may return ``None`` — another process holds the
+projection's lease — and the projection is then *standby*: healthy, not running here, tried
+again every ``standby_poll`` seconds, so it takes over within about that long once the holder's
+session ends. ``holds(name)`` (optional) says whether this process still holds the lease of a
+running projection; a runner whose lease was lost (its lease connection broke) is stopped and
+the projection goes back to standby.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ MAX_BACKOFF = 2.0  # cap: a database back after a crash is noticed within this
 LOG_EVERY = 30  # after the first 3, log every 30th failed attempt of one outage (~1/min)
 HEALTHY_AFTER = 2.0  # seconds up before a restarted runner counts as recovered
 POLL = 0.1  # how often runners are looked at
+STANDBY_POLL = 0.5  # how often a standby tries to take its projection's lease
 
 
 @dataclass
@@ -42,6 +50,7 @@ class ProjectorStatus:
     """What ``Memory.health()`` and ``/metrics`` report for one in-process projector."""
 
     running: bool = False
+    standby: bool = False  # another process runs it (ADR-0020); healthy
     restarts: int = 0  # successful restarts since start
     failures: int = 0  # consecutive failures (0 = healthy)
     last_error: str | None = None
@@ -90,6 +99,8 @@ class Supervisor:
         max_backoff: float = MAX_BACKOFF,
         healthy_after: float = HEALTHY_AFTER,
         poll: float = POLL,
+        holds: Callable[[str], bool] | None = None,
+        standby_poll: float = STANDBY_POLL,
     ) -> None:
         self.runners = runners
         self.lock = lock
@@ -99,6 +110,8 @@ class Supervisor:
         self.max_backoff = max_backoff
         self.healthy_after = healthy_after
         self.poll = poll
+        self.holds = holds
+        self.standby_poll = standby_poll
         now = time.monotonic()
         self.status = {name: ProjectorStatus(running=True, started_at=now) for name in names}
         self._stopping = threading.Event()
@@ -134,6 +147,13 @@ class Supervisor:
         with self.lock:
             runner = self.runners.get(name)
         if runner is not None and not runner.is_interrupted.is_set():
+            if self.holds is not None and not self.holds(name):
+                with self.lock:
+                    self.runners.pop(name, None)
+                retire(runner)
+                log.warning("projection %r lost its lease (lease connection broken); standing by", name)
+                state.running, state.standby, state.next_attempt = False, True, now
+                return
             if state.failures and now - state.started_at >= self.healthy_after:
                 log.info("projection %r recovered after %d restart(s)", name, state.restarts)
                 state.failures = 0
@@ -150,12 +170,20 @@ class Supervisor:
         except Exception as exc:  # noqa: BLE001 - e.g. the database is still down
             self._failed(name, state, exc, "could not restart")
             return
+        if new is None:  # another process holds the lease: stand by
+            state.running, state.standby, state.failures = False, True, 0
+            state.next_attempt = time.monotonic() + self.standby_poll
+            return
         with self.lock:
             if self._stopping.is_set():  # stop() raced us: do not leak a runner
                 retire(new)
                 return
             self.runners[name] = new
         state.running, state.started_at = True, time.monotonic()
+        if state.standby:  # a takeover, not a restart after an error
+            state.standby = False
+            log.warning("projection %r taken over by this process", name)
+            return
         state.restarts += 1
         log.warning("projection %r restarted (restart %d)", name, state.restarts)
         if self.on_restart is not None:
@@ -163,7 +191,7 @@ class Supervisor:
 
     def _failed(self, name: str, state: ProjectorStatus, error: BaseException | None,
                 what: str) -> None:
-        state.running = False
+        state.running, state.standby = False, False
         state.failures += 1
         state.last_error = describe(error)
         delay = self.backoff(state.failures)

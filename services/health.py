@@ -45,6 +45,9 @@ class ProjectionHealth(BaseModel):
     restarts: int | None = Field(
         default=None, description="restarts after errors (None: runs in another process)"
     )
+    standby: bool | None = Field(
+        default=None, description="another process runs it; this one takes over if that one dies"
+    )
     last_error: str | None = Field(
         default=None, description="the error that last stopped it, while not yet recovered"
     )
@@ -138,10 +141,11 @@ def check_health(
                     position=position,
                     lag=lag,
                     running=state.running if state else None,
+                    standby=state.standby if state else None,
                     restarts=state.restarts if state else None,
                     last_error=state.last_error if state and state.failing else None,
                 )
-                if state is not None and not state.running:
+                if state is not None and not state.running and not state.standby:
                     why = f": {state.last_error}" if state.last_error else ""
                     reasons.append(f"projection {name!r} has stopped{why} (restarting)")
                 elif state is not None and state.failing:
@@ -189,6 +193,7 @@ def format_report(report: HealthReport) -> str:
         lines.append(f"event log head: {report.head}   (max lag {report.max_lag} events)")
     for name, proj in report.projections.items():
         running = "" if proj.running is None else ("  running" if proj.running else "  STOPPED")
+        running = "  standby" if proj.standby else running
         restarts = f"  restarts {proj.restarts}" if proj.restarts else ""
         lines.append(f"projection {name}: position {proj.position}  lag {proj.lag}{running}{restarts}")
     if report.extraction_pending is not None:
