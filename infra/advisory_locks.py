@@ -19,11 +19,12 @@ those leases guarded. ``check`` pings at most every ``ping_every`` seconds.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import psycopg
@@ -78,10 +79,8 @@ class AdvisoryLocks:
                         type(error).__name__, error, len(self._held))
         self._held.clear()
         if self._conn is not None:
-            try:
+            with contextlib.suppress(Exception):  # it is broken anyway
                 self._conn.close()
-            except Exception:  # noqa: BLE001 - it is broken anyway
-                pass
         self._conn = None
 
     def check(self) -> set[tuple[int, int]]:
@@ -159,8 +158,24 @@ class AdvisoryLocks:
         with self._lock:
             self._held.clear()
             if self._conn is not None:
-                try:
+                with contextlib.suppress(Exception):
                     self._conn.close()
-                except Exception:  # noqa: BLE001
-                    pass
             self._conn = None
+
+
+@contextlib.contextmanager
+def exclusive(conninfo: str, *parts: str, timeout: float = 120.0) -> Iterator[None]:
+    """One process at a time in the block (a blocking advisory lock on its own connection).
+
+    For first-run DDL: PostgreSQL's ``CREATE TABLE/TYPE IF NOT EXISTS`` is not safe against a
+    concurrent twin (``type "engramdb_events" already exists`` when three ``serve`` processes
+    start on a fresh schema), so opening a memory creates its tables under this lock."""
+    ns = namespace("exclusive", *parts)
+    with psycopg.connect(conninfo, autocommit=True, application_name="engramdb-setup") as conn:
+        conn.execute(f"SET lock_timeout = '{int(timeout * 1000)}ms'")
+        conn.execute("SELECT pg_advisory_lock(%s, 0)", (ns,))
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):
+                conn.execute("SELECT pg_advisory_unlock(%s, 0)", (ns,))

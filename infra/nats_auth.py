@@ -144,6 +144,12 @@ def with_credentials(url: str, user: str | None, password: str | None) -> str:
     return ",".join(out)
 
 
+def nats_servers(url: str) -> list[str]:
+    """The servers of a comma-separated ``ENGRAMDB_NATS_URL`` (a cluster), for nats-py's and
+    FastStream's ``servers=[...]`` (nats-py takes one string as one server)."""
+    return [s.strip() for s in url.split(",") if s.strip()]
+
+
 def redact_url(url: str | None) -> str:
     """For logs: ``nats://engramdb:***@127.0.0.1:4222``."""
     return re.sub(r"(//[^:/@]+:)[^/,]*@", r"\1***@", url or "")

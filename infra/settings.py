@@ -72,6 +72,13 @@ class Settings(BaseSettings):
     nats_messages_max_age_days: float = Field(
         default=7.0, ge=0, description="days the NATS message stream keeps raw turns (0 = forever)"
     )
+    ingest_partitions: int = Field(
+        default=8, ge=1, le=1024,
+        description="ingest partitions (agents hashed; one consumer process each at a time, ADR-0020)",
+    )
+    nats_stream_replicas: int = Field(
+        default=1, ge=1, le=5, description="JetStream replicas of engramdb's streams (a NATS cluster: 3)"
+    )
     ready_max_lag: int = Field(
         default=1000, ge=0, description="events a projection may trail the log before /readyz is 503"
     )

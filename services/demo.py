@@ -17,6 +17,7 @@ from engramdb.services.ingest import IngestThread, build_ingest_app
 from engramdb.services.memory import Memory
 from engramdb.services.messages import ConversationMessage
 from engramdb.services.publisher import publish_message
+from engramdb.services.server import ingest_scaling
 
 CONVERSATION: list[tuple[str, str, str]] = [
     ("s1", "Ana", "Hi! I'm Ana. I live in Recife and I work at Vertix as a data engineer."),
@@ -59,7 +60,8 @@ def run_demo() -> None:
         _line(f"publishing {len(CONVERSATION)} messages onto NATS ({redact_url(nats_url)})")
         results: list = []
         app, _broker = build_ingest_app(
-            nats_url, memory.pipeline, prefix=settings.subject_prefix, on_result=results.append
+            nats_url, memory.pipeline, prefix=settings.subject_prefix, on_result=results.append,
+            **ingest_scaling(memory, settings),
         )
         with IngestThread(app):
             # the first session, then a moment to ask "as of" later, then the second session

@@ -17,6 +17,7 @@ from typing import Any
 from psycopg_pool import ConnectionPool
 
 from engramdb.domain.ports import EmbeddingProvider, LLMProvider
+from engramdb.infra.advisory_locks import exclusive
 from engramdb.infra.database import (
     DatabaseConfig,
     ensure_extensions,
@@ -151,7 +152,6 @@ class Memory(ManageMixin):
             )
         else:
             database = resolve_database(settings)
-        ensure_extensions(database.url, database.schema)
         metrics = Metrics()
         chosen_llm = metrics.count_llm_errors(make_llm(settings) if llm is _UNSET else llm)
         chosen_embedder = embedder or make_embedder(settings)
@@ -162,17 +162,20 @@ class Memory(ManageMixin):
                 extractor = RuleBasedExtractor()
                 if not quiet:
                     print(OFFLINE_NOTICE, file=sys.stderr)
-        return cls(
-            database=database,
-            env=database.env,
-            embedder=chosen_embedder,
-            llm=chosen_llm,
-            extractor=extractor,
-            start_projectors=start_projectors,
-            write_config=write_config,
-            metrics=metrics,
-            max_lag=settings.ready_max_lag,
-        )
+        # several processes may open one fresh schema at once: its tables are made one at a time
+        with exclusive(database.url, "setup", database.schema):
+            ensure_extensions(database.url, database.schema)
+            return cls(
+                database=database,
+                env=database.env,
+                embedder=chosen_embedder,
+                llm=chosen_llm,
+                extractor=extractor,
+                start_projectors=start_projectors,
+                write_config=write_config,
+                metrics=metrics,
+                max_lag=settings.ready_max_lag,
+            )
 
     def __enter__(self) -> Memory:
         return self

@@ -26,6 +26,7 @@ import anyio
 from faststream.nats import NatsBroker, NatsMessage
 from pydantic import BaseModel, Field, ValidationError
 
+from engramdb.infra.nats_auth import nats_servers
 from engramdb.services.messages import agent_token
 from engramdb.services.retrieve.config import UnknownConfigKey
 from engramdb.services.retrieve.models import RetrieveRequest, RetrieveResult
@@ -143,7 +144,7 @@ def create_retrieve_broker(
     It reconnects forever (nats-py's default gives up after 60 attempts, ~2 minutes, and the
     responder then never answers again); ``connect`` overrides ``NatsBroker`` options;
     ``in_flight``: requests handled concurrently by this process."""
-    broker = NatsBroker(nats_url, **{"max_reconnect_attempts": -1, **connect})
+    broker = NatsBroker(nats_servers(nats_url), **{"max_reconnect_attempts": -1, **connect})
     register_retrieve(broker, memory, subject, in_flight=in_flight)
     return broker
 

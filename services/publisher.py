@@ -18,25 +18,21 @@ import nats
 from nats.js.api import PubAck, StreamConfig
 from nats.js.errors import NotFoundError
 
+from engramdb.infra.nats_auth import nats_servers
+from engramdb.services.ingest.partitions import messages_stream_config as partitioned_stream_config
 from engramdb.services.messages import (
     DEFAULT_PREFIX,
-    DUPLICATE_WINDOW_SEC,
     ConversationMessage,
     dedup_id,
     message_subject,
-    messages_max_age,
     messages_stream_name,
-    messages_wildcard,
 )
 
 
 def messages_stream_config(prefix: str = DEFAULT_PREFIX) -> StreamConfig:
-    return StreamConfig(
-        name=messages_stream_name(prefix),
-        subjects=[messages_wildcard(prefix)],
-        duplicate_window=DUPLICATE_WINDOW_SEC,
-        max_age=messages_max_age(),  # raw turns in clear: bounded (ADR-0018)
-    )
+    """The ingest's own stream config (partitioned by agent, ADR-0020): a stream created
+    here before any ingest started stores its turns where the partition consumers read."""
+    return partitioned_stream_config(prefix)
 
 
 async def ensure_stream(js: Any, config: StreamConfig) -> None:
@@ -77,7 +73,7 @@ class MessagePublisher:
             extra.update(max_reconnect_attempts=1, reconnect_time_wait=0.2, error_cb=_quiet)
         else:
             extra.update(max_reconnect_attempts=-1)
-        self._nc = await nats.connect(self.nats_url, connect_timeout=self.timeout, **extra)
+        self._nc = await nats.connect(nats_servers(self.nats_url), connect_timeout=self.timeout, **extra)
         self._js = self._nc.jetstream(timeout=self.timeout)
         try:
             await ensure_stream(self._js, messages_stream_config(self.prefix))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import uvicorn
 
@@ -66,6 +67,7 @@ def _run(role: str, settings: Settings, shutdown: ShutdownRequest) -> None:
                 prefix=settings.subject_prefix,
                 extraction_attempts=settings.extraction_attempts,
                 ack_wait=settings.ingest_ack_wait_sec,
+                **ingest_scaling(memory, settings),
             )
             ingest = IngestThread(app).start()
             log.info("ingest consuming %s.messages.> on %s", settings.subject_prefix, redact_url(nats_url))
@@ -112,6 +114,13 @@ async def _serve_retrieve(
         await server.serve()
     finally:
         await broker.stop()
+
+
+def ingest_scaling(memory: Memory, settings: Settings) -> dict[str, Any]:
+    """Partitions, stream replicas, and the database whose advisory locks spread the
+    partitions over every process consuming this memory (ADR-0020)."""
+    return {"partitions": settings.ingest_partitions, "replicas": settings.nats_stream_replicas,
+            "leases": memory.database.url, "lease_scope": memory.schema}
 
 
 def _keyring(settings: Settings) -> KeyRing:

@@ -145,7 +145,6 @@ def test_ingest_drops_turns_of_an_erased_agent_and_the_stream_has_a_retention(
 
     from engramdb.services.app import MemoryApplication
     from engramdb.services.erase import erase_agent
-    from engramdb.services.ingest.faststream_app import DEFAULT_DURABLE
     from engramdb.services.messages import ConversationMessage, messages_stream_name
     from engramdb.services.write import WritePipeline
 
@@ -173,9 +172,10 @@ def test_ingest_drops_turns_of_an_erased_agent_and_the_stream_has_a_retention(
             nc = await nats.connect(nats_url)
             try:
                 js = nc.jetstream()
-                info = await js.consumer_info(messages_stream_name(prefix), DEFAULT_DURABLE)
+                infos = await js.consumers_info(messages_stream_name(prefix))  # one per partition
                 stream = await js.stream_info(messages_stream_name(prefix))
-                return info.num_pending == 0 and info.num_ack_pending == 0, stream.config.max_age
+                settled = all(i.num_pending == 0 and i.num_ack_pending == 0 for i in infos)
+                return bool(infos) and settled, stream.config.max_age
             finally:
                 await nc.close()
 

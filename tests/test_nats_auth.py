@@ -89,7 +89,8 @@ async def test_publisher_publishes_for_its_agent_only(publisher: Publisher, nats
             await pub.publish(ConversationMessage(agent_id="someone-else", text="forged"))
     service = await nats.connect(nats_url)
     try:
-        last = await service.jetstream().get_last_msg(messages_stream_name(PREFIX), message_subject(agent, PREFIX))
+        stored = message_subject(agent, PREFIX).replace(".messages.", ".messages.*.")  # <p>.<token> (ADR-0020)
+        last = await service.jetstream().get_last_msg(messages_stream_name(PREFIX), stored)
         assert json.loads(last.data)["text"] == text  # it reached the stream the ingest reads
     finally:
         await service.close()

@@ -1,27 +1,25 @@
-"""FastStream wiring of the ingest: the broker, the durable pull subscriber, the dead-letter
-stream, and the pipeline built at startup. The handler's logic is ``IngestService``."""
+"""FastStream wiring of the ingest: the broker, the partition consumers (``partitions``,
+ADR-0020), the dead-letter stream, and the pipeline built at startup. The handler's logic is
+``IngestService``."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Any
 
 import anyio
-from faststream import AckPolicy, Context, FastStream
-from faststream.nats import JStream, NatsBroker, PullSub
-from nats.js.api import ConsumerConfig
+from faststream import FastStream
+from faststream.nats import JStream, NatsBroker
 
+from engramdb.infra.nats_auth import nats_servers
+from engramdb.services.ingest.partitions import DEFAULT_PARTITIONS, PartitionConsumers
 from engramdb.services.ingest.service import IngestService
 from engramdb.services.messages import (
     DEFAULT_PREFIX,
-    DUPLICATE_WINDOW_SEC,
     DeadLetter,
     deadletter_stream_name,
     deadletter_subject,
-    messages_max_age,
-    messages_stream_name,
-    messages_wildcard,
 )
 from engramdb.services.metrics import Metrics
 from engramdb.services.write import WritePipeline, WriteResult
@@ -74,8 +72,15 @@ def build_ingest_app(
     on_result: Callable[[WriteResult], None] | None = None,
     logger: logging.Logger | None = None,
     metrics: Metrics | None = None,
+    partitions: int = DEFAULT_PARTITIONS,
+    replicas: int = 1,
+    leases: str | None = None,
+    lease_scope: str = "public",
 ) -> tuple[FastStream, NatsBroker]:
-    """FastStream app + broker consuming ``<prefix>.messages.>`` with a durable pull consumer.
+    """FastStream app + broker consuming ``<prefix>.messages.>``: ``partitions`` durable pull
+    consumers (``<durable>-p<n>``), each run by one process at a time — the holder of its
+    advisory lock in the database at ``leases`` (a libpq conninfo; None: this process runs
+    them all). ``replicas``: JetStream replicas of the streams (a clustered NATS).
 
     Give either a ready ``pipeline`` or a ``pipeline_factory`` (called once at startup, so
     building database pools happens inside the service's lifetime). A write in progress sends
@@ -87,7 +92,7 @@ def build_ingest_app(
     """
     if (pipeline is None) == (pipeline_factory is None):
         raise ValueError("give exactly one of pipeline / pipeline_factory")
-    broker = NatsBroker(nats_url, logger=_quiet(logger or log), max_reconnect_attempts=-1)
+    broker = NatsBroker(nats_servers(nats_url), logger=_quiet(logger or log), max_reconnect_attempts=-1)
     service = IngestService(
         broker,
         pipeline,
@@ -100,48 +105,38 @@ def build_ingest_app(
         batch_records=batch_records,
         extraction_attempts=extraction_attempts,
     )
-    stream = JStream(
-        messages_stream_name(prefix),
-        subjects=[messages_wildcard(prefix)],
-        duplicate_window=DUPLICATE_WINDOW_SEC,
-        max_age=messages_max_age(),  # raw turns in clear: bounded (ADR-0018)
-    )
-    dead_stream = JStream(deadletter_stream_name(prefix), subjects=[deadletter_subject(prefix)])
+    dead_stream = JStream(deadletter_stream_name(prefix), subjects=[deadletter_subject(prefix)],
+                          num_replicas=replicas)
 
-    async def raw_decoder(msg: Any) -> Any:
-        """Never JSON-decode here: validation (and dead-lettering) is the handler's job."""
-        return msg.body
-
-    @broker.subscriber(
-        messages_wildcard(prefix),
-        stream=stream,
-        durable=durable,
-        # Not batch=True: FastStream's batch mode waits to fill the batch until the timeout,
-        # and short fetch timeouts race with nats-py (a message lost until ack_wait). Plain
-        # pull returns partial batches at once; their handlers start in stream order.
-        pull_sub=PullSub(batch_size=batch_size, timeout=fetch_timeout),
-        config=ConsumerConfig(
-            ack_wait=ack_wait,
-            # server-side bound above ours: only reached if the process dies on a message
-            max_deliver=max_deliver + 3,
-            max_ack_pending=max(1000, batch_size * 4),
-        ),
-        ack_policy=AckPolicy.MANUAL,
-        decoder=raw_decoder,
-        title="engramdb ingest",
-        description="Conversation messages into the write pipeline (ack after save, poison → dead letter).",
-    )
-    async def ingest(body: Any, message: Annotated[Any, Context("message")]) -> None:
-        """Payload: a ``ConversationMessage`` JSON object (see components); validated here."""
+    async def handle(raw: Any) -> None:
         if metrics is None:
-            await service.handle(message.raw_message)
+            await service.handle(raw)
             return
-        metrics.ingest_received(message.raw_message)
+        metrics.ingest_received(raw)
         try:
-            await service.handle(message.raw_message)
+            await service.handle(raw)
         finally:
             metrics.ingest_settled()
 
+    consumers = PartitionConsumers(
+        lambda: broker._connection,  # noqa: SLF001 - the broker's connected nats-py client
+        handle,
+        prefix=prefix,
+        durable=durable,
+        partitions=partitions,
+        replicas=replicas,
+        leases=leases,
+        lease_scope=lease_scope,
+        consumer_config={
+            "ack_wait": ack_wait,
+            # server-side bound above ours: only reached if the process dies on a message
+            "max_deliver": max_deliver + 3,
+            "max_ack_pending": max(1000, batch_size * 4),
+        },
+        batch_size=batch_size,
+        fetch_timeout=min(fetch_timeout, 1.0),  # also how long a released partition takes
+        on_take=service.forget_consumer,
+    )
     # The dead-letter publisher only declares its stream (and documents it in AsyncAPI).
     broker.publisher(
         deadletter_subject(prefix),
@@ -157,8 +152,10 @@ def build_ingest_app(
 
     if metrics is not None:
         metrics.watch_ingest(service.stats)
-    app = FastStream(broker, on_startup=[startup])
+    app = FastStream(broker, on_startup=[startup], after_startup=[consumers.start],
+                     on_shutdown=[consumers.stop])
     app.ingest_service = service  # type: ignore[attr-defined]
+    app.ingest_consumers = consumers  # type: ignore[attr-defined]
     return app, broker
 
 

@@ -20,6 +20,7 @@ from nats.aio.msg import Msg
 
 from engramdb.domain.aggregate import MessageRecord
 from engramdb.domain.erasure import AgentErasedError
+from engramdb.services.ingest.partitions import published_subject, subject_agent_token
 from engramdb.services.ingest.turnstile import Turnstile
 from engramdb.services.messages import (
     DEADLETTER_INLINE_MAX_BYTES,
@@ -28,6 +29,7 @@ from engramdb.services.messages import (
     ConversationMessage,
     InvalidMessage,
     MessageIdConflict,
+    agent_token,
     deadletter_stream_name,
     deadletter_subject,
     message_subject,
@@ -96,7 +98,8 @@ class IngestService:
         # as "extraction pending" and acked (ADR-0014)
         self.extraction_attempts = max(1, extraction_attempts)
         self._agents: dict[str, _AgentState] = {}
-        self.turnstile = Turnstile()
+        self.turnstile = Turnstile()  # deliveries without a consumer name (core NATS, tests)
+        self._turnstiles: dict[str, Turnstile] = {}  # one per consumer: sequences are per consumer
         self._to_record: list[tuple[ConversationMessage, asyncio.Future[MessageRecord | None]]] = []
         self._record_flusher: asyncio.Task[None] | None = None
         self.stats = {"processed": 0, "duplicates": 0, "dead_lettered": 0, "nacked": 0,
@@ -115,14 +118,16 @@ class IngestService:
         If a message fails (nacked), the ones already chained behind it are nacked too, so
         none of them overtakes it.
         """
-        await self.turnstile.enter(self._consumer_seq(raw))
+        turnstile = self._turnstile(raw)
+        await turnstile.enter(self._consumer_seq(raw))
         try:
             try:
                 message = parse_message(raw.data)
                 expected = message_subject(message.agent_id, self.prefix)
-                if raw.subject != expected:
+                # stored as <prefix>.messages.<partition>.<token> (ADR-0020)
+                if subject_agent_token(raw.subject, self.prefix) != agent_token(message.agent_id):
                     raise InvalidMessage(
-                        f"subject {raw.subject!r} does not match agent_id {message.agent_id!r}: "
+                        f"subject {published_subject(raw.subject, self.prefix)!r} does not match agent_id {message.agent_id!r}: "
                         f"publish this agent's messages on {expected!r}"
                     )
             except InvalidMessage as exc:
@@ -138,7 +143,7 @@ class IngestService:
                 mine = asyncio.get_running_loop().create_future()
                 state.tail = mine
         finally:
-            await self.turnstile.leave(self._consumer_seq(raw))
+            await turnstile.leave(self._consumer_seq(raw))
         if message is None:
             await self._dead_letter_and_ack(raw, reason, "validation")
             return
@@ -260,6 +265,21 @@ class IngestService:
             with contextlib.suppress(Exception):
                 await raw.in_progress()
 
+    def _turnstile(self, raw: Msg) -> Turnstile:
+        try:
+            consumer = str(raw.metadata.consumer)
+        except Exception:  # noqa: BLE001 — not a JetStream delivery
+            return self.turnstile
+        turnstile = self._turnstiles.get(consumer)
+        if turnstile is None:
+            turnstile = self._turnstiles[consumer] = Turnstile()
+        return turnstile
+
+    def forget_consumer(self, partition: int) -> None:
+        """A partition was (re)taken: its consumer may be new, its sequences start at 1."""
+        for name in [n for n in self._turnstiles if n.endswith(f"-p{partition}")]:
+            del self._turnstiles[name]
+
     # ----- settlement --------------------------------------------------------------------------
 
     @staticmethod
@@ -291,7 +311,8 @@ class IngestService:
         with contextlib.suppress(Exception):  # a core NATS message has no JetStream metadata
             meta = {"stream": raw.metadata.stream, "stream_seq": raw.metadata.sequence.stream,
                     "deliveries": raw.metadata.num_delivered}
-        body = {"reason": reason, "stage": stage, "agent_id": agent_id, "subject": raw.subject, **meta,
+        subject = published_subject(raw.subject, self.prefix)
+        body = {"reason": reason, "stage": stage, "agent_id": agent_id, "subject": subject, **meta,
                 **_inline_payload(raw.data), "headers": dict(raw.headers or {})}
         encoded = json.dumps(body).encode("utf-8")
         if len(encoded) > DEADLETTER_INLINE_MAX_BYTES and meta:  # too big to copy: refer to it
@@ -300,7 +321,7 @@ class IngestService:
         headers = {
             "Engramdb-Dead-Reason": _header_safe(reason),
             "Engramdb-Dead-Stage": stage,
-            "Engramdb-Original-Subject": raw.subject,
+            "Engramdb-Original-Subject": subject,
         }
         if meta:
             headers["Nats-Msg-Id"] = f"dlq-{meta['stream']}-{meta['stream_seq']}"
