@@ -10,6 +10,8 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -108,3 +110,43 @@ def duplicate_facts(pg_url: str, schema: str) -> list[tuple[Any, ...]]:
             f'SELECT agent_id, fact_text, count(*) FROM "{schema}".mem_facts '
             "GROUP BY agent_id, fact_text HAVING count(*) > 1"
         ).fetchall()
+
+
+def start_nats_cluster(folder: Path, size: int = 3) -> tuple[list[subprocess.Popen[bytes]], list[int]]:
+    """``size`` JetStream servers clustered over loopback routes (stores under ``folder``);
+    returns the processes and their client ports, once a stream of ``size`` replicas can be made."""
+    from engramdb.infra.embedded_nats import nats_server_binary
+
+    client = [free_port() for _ in range(size)]
+    routes = [free_port() for _ in range(size)]
+    route_urls = ",".join(f"nats-route://127.0.0.1:{p}" for p in routes)
+    procs = []
+    for i in range(size):
+        with open(folder / f"nats{i}.log", "wb") as out:
+            procs.append(subprocess.Popen(
+                [str(nats_server_binary()), "-a", "127.0.0.1", "-p", str(client[i]), "-n", f"n{i}",
+                 "-js", "-sd", str(folder / f"js{i}"), "--cluster_name", "engramdb-test",
+                 "--cluster", f"nats://127.0.0.1:{routes[i]}", "--routes", route_urls],
+                stdout=out, stderr=subprocess.STDOUT,
+            ))
+    return procs, client
+
+
+async def cluster_ready(urls: list[str], replicas: int) -> bool:
+    """True once the cluster elected a JetStream meta leader and places an R``replicas`` stream."""
+    import nats
+
+    try:
+        nc = await nats.connect(servers=urls, connect_timeout=2, max_reconnect_attempts=1)
+    except Exception:  # noqa: BLE001 - not listening yet
+        return False
+    try:
+        js = nc.jetstream(timeout=3)
+        name = f"PROBE_{uuid.uuid4().hex[:8].upper()}"
+        await js.add_stream(name=name, subjects=[name.lower()], num_replicas=replicas)
+        await js.delete_stream(name)
+        return True
+    except Exception:  # noqa: BLE001 - no meta leader yet
+        return False
+    finally:
+        await nc.close()
