@@ -98,3 +98,57 @@ def test_ingest_survives_losing_a_cluster_node(pg_url: str, fresh_schema, tmp_pa
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def test_a_stream_from_before_partitions_is_drained_in_order(
+    fresh_schema, pg_url: str, nats_url: str
+) -> None:
+    """Upgrade: turns stored by the old single-consumer ingest (no subject transform, durable
+    ``engramdb-ingest`` with messages pending) are all processed, in order, and the old
+    consumer is removed; turns published after the upgrade are partitioned."""
+    from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
+
+    from engramdb.services.ingest import DEFAULT_DURABLE
+    from engramdb.services.messages import dedup_id, message_subject, messages_wildcard
+
+    schema, _env = fresh_schema("legacy")
+    prefix = f"l{uuid.uuid4().hex[:8]}"
+    agents = [f"agent{i}-{uuid.uuid4().hex[:6]}" for i in range(4)]
+    messages = conversation(agents, PER_AGENT)
+    old, new = messages[:12], messages[12:]
+
+    async def old_layout() -> None:
+        nc = await nats.connect(nats_url)
+        try:
+            js = nc.jetstream()
+            await js.add_stream(StreamConfig(name=messages_stream_name(prefix),
+                                             subjects=[messages_wildcard(prefix)], duplicate_window=120))
+            await js.add_consumer(messages_stream_name(prefix), ConsumerConfig(
+                durable_name=DEFAULT_DURABLE, ack_policy=AckPolicy.EXPLICIT, filter_subject=messages_wildcard(prefix)))
+            for m in old:
+                await js.publish(message_subject(m.agent_id, prefix), m.to_json_bytes(),
+                                 headers={"Nats-Msg-Id": dedup_id(m.agent_id, m.message_id)})
+        finally:
+            await nc.close()
+
+    async def consumers() -> list[str]:
+        nc = await nats.connect(nats_url)
+        try:
+            return sorted(i.name for i in await nc.jetstream().consumers_info(messages_stream_name(prefix)))
+        finally:
+            await nc.close()
+
+    run_async(old_layout())
+    settings = Settings(database_url=pg_url, nats_url=nats_url, db_schema=schema,
+                        embedding_model="hash-bow-384", subject_prefix=prefix)
+    with Memory.open(settings, llm=None, quiet=True) as memory:
+        app, _broker = build_ingest_app(nats_url, memory.pipeline, prefix=prefix, partitions=2,
+                                        leases=memory.database.url, lease_scope=schema)
+        with IngestThread(app):
+            run_async(_publish_retrying(nats_url, prefix, new))
+            wait_for(lambda: all(len(processed_in_order(memory, a, PER_AGENT)) >= PER_AGENT for a in agents),
+                     60, "old and new turns")
+            wait_for(lambda: DEFAULT_DURABLE not in run_async(consumers()), 10, "the old consumer removed")
+        for agent in agents:
+            assert processed_in_order(memory, agent, PER_AGENT) == [f"m{k}" for k in range(PER_AGENT)]
+    assert run_async(consumers()) == [f"{DEFAULT_DURABLE}-p0", f"{DEFAULT_DURABLE}-p1"]

@@ -22,6 +22,12 @@ unacked message comes again, in stream order; the already-acked ones above the f
 again too and are no-ops (the pipeline's ``MessageRecord`` makes a redelivery a duplicate).
 One agent's acks are in order (a message waits for its predecessor's), so the acked messages
 of an agent are always a prefix of its messages and order is kept.
+
+Upgrading a stream made before partitions: ``declare_stream`` adds the transform (new turns are
+partitioned from then on); turns stored earlier keep their unpartitioned subject and the old
+durable consumer (named ``durable``). One process (the holder of the ``LEGACY`` lease) narrows
+that consumer to ``<prefix>.messages.*``, drains it, deletes it, and only then consumes
+partitions; a single-process upgrade thus keeps every agent's order across the upgrade.
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ log = logging.getLogger(__package__)
 
 DEFAULT_PARTITIONS = 8
 REBALANCE_EVERY = 1.0  # seconds between lease checks / rebalances
+LEGACY = 1_000_000  # lease object of the pre-partition consumer's drain
 
 
 def partition_durable(durable: str, partition: int) -> str:
@@ -183,8 +190,13 @@ class PartitionConsumers:
         await declare_stream(self._js, messages_stream_config(self.prefix, self.count, self.replicas))
         if self.locks is not None:
             await asyncio.to_thread(self.locks.try_acquire, self.member_ns, self.member)
-        await self.rebalance()
-        self._loop_task = asyncio.create_task(self._rebalance_forever())
+        try:
+            legacy = await self._js.consumer_info(self.stream, self.durable)
+        except NotFoundError:
+            legacy = None
+        if legacy is None:
+            await self.rebalance()
+        self._loop_task = asyncio.create_task(self._rebalance_forever(legacy))
 
     async def stop(self) -> None:
         if self._loop_task is not None:
@@ -197,7 +209,39 @@ class PartitionConsumers:
 
     # ----- rebalancing ------------------------------------------------------------------
 
-    async def _rebalance_forever(self) -> None:
+    async def _drain_legacy(self, info: Any) -> None:
+        """Consume what the pre-partition consumer still holds, then delete it (see above)."""
+        locks = self.locks
+        if locks is not None and not await asyncio.to_thread(locks.try_acquire, self.partition_ns, LEGACY):
+            return  # another process drains it
+        try:
+            config = info.config
+            config.filter_subject = f"{self.prefix}.messages.*"  # unpartitioned subjects only
+            await self._js.add_consumer(self.stream, config)  # same durable: an update
+            part = _Partition(LEGACY)
+            sub = await self._js.pull_subscribe_bind(durable=self.durable, stream=self.stream)
+            part.task = asyncio.create_task(self._consume(part, sub))
+            log.warning("draining the pre-partition ingest consumer %s (ADR-0020)", self.durable)
+            while True:
+                await asyncio.sleep(0.5)
+                now = await self._js.consumer_info(self.stream, self.durable)
+                if not now.num_pending and not now.num_ack_pending:
+                    break
+            part.stopping.set()
+            await part.task
+            await self._js.delete_consumer(self.stream, self.durable)
+            log.warning("drained and deleted the pre-partition ingest consumer %s", self.durable)
+        finally:
+            if locks is not None:
+                await asyncio.to_thread(locks.release, self.partition_ns, LEGACY)
+
+    async def _rebalance_forever(self, legacy: Any = None) -> None:
+        if legacy is not None:
+            try:
+                await self._drain_legacy(legacy)
+            except Exception as exc:  # noqa: BLE001 - partitions must run regardless
+                log.error("draining the pre-partition consumer failed (%s: %s)", type(exc).__name__, exc)
+            await self.rebalance()
         while True:
             await asyncio.sleep(self.rebalance_every)
             try:
