@@ -141,7 +141,7 @@ class AdvisoryLocks:
             except psycopg.OperationalError as exc:
                 self._lost(exc)
                 raise
-            return int(row[0]) if row is not None else 0
+            return int(str(row[0])) if row is not None else 0
 
     def run(self, fn: Callable[[psycopg.Connection[tuple[object, ...]]], T]) -> T:
         """``fn(connection)`` under the lock: a short read on the lease connection (e.g. the

@@ -26,20 +26,23 @@ tracking tables: positions are data in PostgreSQL, not state of a runner.
 from __future__ import annotations
 
 import logging
-import os
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
 import psycopg
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
 
 from engramdb.domain.ports import EmbeddingProvider
 from engramdb.infra.advisory_locks import AdvisoryLocks, namespace, object_key
 from engramdb.projections.batching import BatchingProjectionRunner, with_batching
+from engramdb.projections.positions import (
+    APPLICATION_NAME,
+    _conninfo,
+    _poll,
+    tracking_positions,
+    wait_for_position,
+)
 from engramdb.projections.read_model import (
     ReadModel,
     ReadModelView,
@@ -51,21 +54,11 @@ from engramdb.projections.read_models import PROJECTION_NAMES, select
 from engramdb.projections.rebuild import RebuildReport, rebuild
 from engramdb.projections.supervisor import ProjectorStatus, Supervisor
 
-APPLICATION_NAME = "engramdb"
+__all__ = [  # positions are re-exported: callers import them from here
+    "APPLICATION_NAME", "PROJECTION_NAMES", "ProjectionSet", "tracking_positions", "wait_for_position",
+]
+
 log = logging.getLogger(__name__)
-
-
-def _poll(check: Any, position: int, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    delay = 0.002
-    while True:
-        lagging = check()
-        if not lagging:
-            return
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"{what}: {lagging} not at notification {position} after {timeout}s")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.05)
 
 
 class ProjectionSet:
@@ -263,7 +256,7 @@ class ProjectionSet:
         names = [rm.name for rm in self.read_models if rm.projected]
 
         def lagging() -> list[str]:
-            behind = []
+            behind: list[str] = []
             current = self._current()
             standby = self.standby()
             if standby:  # run by another process: its tracking table tells
@@ -352,79 +345,3 @@ class ProjectionSet:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-
-def _conninfo(env: dict[str, str]) -> str:
-    """libpq conninfo of eventsourcing's ``POSTGRES_*`` settings (as the runners use them)."""
-    merged = {**os.environ, **env}
-    return make_conninfo(
-        dbname=merged.get("POSTGRES_DBNAME", "postgres"),
-        host=merged.get("POSTGRES_HOST", "localhost"),
-        port=merged.get("POSTGRES_PORT", "5432"),
-        user=merged.get("POSTGRES_USER", "postgres"),
-        password=merged.get("POSTGRES_PASSWORD", ""),
-    )
-
-
-def tracking_positions(
-    target: Any,
-    schema: str = "public",
-    projections: Iterable[str] = PROJECTION_NAMES,
-    application_name: str = APPLICATION_NAME,
-) -> dict[str, int | None]:
-    """Current position of each projection, read from its tracking table.
-
-    ``target`` is a libpq DSN/URL, an open psycopg connection, or an eventsourcing
-    ``PostgresDatastore`` (then its schema is used).
-    """
-    if hasattr(target, "get_connection"):  # PostgresDatastore
-        schema = target.schema
-        with target.get_connection() as conn:
-            return tracking_positions(conn, schema, projections, application_name)
-    if isinstance(target, str):
-        with psycopg.connect(target, autocommit=True) as conn:
-            return tracking_positions(conn, schema, projections, application_name)
-    out: dict[str, int | None] = {}
-    for name in projections:
-        table = sql.Identifier(schema, f"{name}_tracking")
-        try:
-            row = target.execute(
-                sql.SQL("SELECT max(notification_id) FROM {} WHERE application_name = %s").format(
-                    table
-                ),
-                (application_name,),
-            ).fetchone()
-        except psycopg.errors.UndefinedTable:
-            out[name] = None
-            continue
-        value = row["max"] if isinstance(row, dict) else row[0]
-        out[name] = value
-    return out
-
-
-def wait_for_position(
-    target: Any,
-    position: int | None,
-    timeout: float = 30.0,
-    *,
-    schema: str = "public",
-    projections: Iterable[str] = PROJECTION_NAMES,
-    application_name: str = APPLICATION_NAME,
-) -> None:
-    """Block until every projection's tracking table reached ``position`` (any process)."""
-    if position is None:
-        return
-    names = tuple(projections)
-    if isinstance(target, str):
-        with psycopg.connect(target, autocommit=True) as conn:
-            wait_for_position(
-                conn, position, timeout, schema=schema, projections=names,
-                application_name=application_name,
-            )
-        return
-
-    def lagging() -> list[str]:
-        now = tracking_positions(target, schema, names, application_name)
-        return [n for n, p in now.items() if p is None or p < position]
-
-    _poll(lagging, position, timeout, "projections")

@@ -37,7 +37,7 @@ import contextlib
 import logging
 import math
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -143,7 +143,7 @@ class PartitionConsumers:
     def __init__(
         self,
         connection: Callable[[], Any],
-        handle: Callable[[Msg], Awaitable[None]],
+        handle: Callable[[Msg], Coroutine[Any, Any, None]],
         *,
         prefix: str,
         durable: str,
