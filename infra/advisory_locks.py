@@ -101,7 +101,11 @@ class AdvisoryLocks:
         Connection errors propagate (the caller retries later)."""
         with self._lock:
             if (ns, obj) in self._held:
-                return True
+                # a runner restarted after a database crash asks again: the server may have
+                # released everything with the old session, so make sure it is still alive
+                self._last_ping = 0.0
+                if (ns, obj) in self.check():
+                    return True
             try:
                 row = self._connection().execute(
                     "SELECT pg_try_advisory_lock(%s, %s)", (ns, obj)

@@ -16,7 +16,7 @@ Several processes on one database (ADR-0020): a supervised set *elects* one runn
 projection with a PostgreSQL session advisory lock (``infra.advisory_locks``) on a dedicated
 connection. The holder runs the projection; the other processes keep it *standby* (reported by
 ``status()``), try the lock every ``STANDBY_POLL`` seconds and take over once the holder's
-session ends (a ``kill -9`` included). ``wait`` works the same in a standby process: it reads
+session ends (a ``kill -9`` included), after a grace of two lease pings. ``wait`` works the same in a standby process: it reads
 the projection's tracking table.
 
 ``wait_for_position`` does the same from any process (e.g. a retrieve replica) by polling the
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any
@@ -141,13 +142,22 @@ class ProjectionSet:
             log.info("projections %s run in another process; standing by", ", ".join(standby))
         return self
 
-    def _elected_runner(self, name: str) -> BatchingProjectionRunner[ReadModelView] | None:
-        """A started runner if this process holds (or takes) the projection's lease, else None."""
+    def _elected_runner(
+        self, name: str, grace: bool = False
+    ) -> BatchingProjectionRunner[ReadModelView] | None:
+        """A started runner if this process holds (or takes) the projection's lease, else None.
+
+        ``grace`` (a takeover): wait one lease ping before running, so a holder that lost its
+        session without dying (network cut) has noticed and stopped — otherwise both would run
+        for up to a second, and one of them would fail on the tracking table."""
         if self._leases is None:
             return self._new_runner(name)
         key = object_key(name)
+        had = self._leases.holds(self._lease_ns, key)
         if not self._leases.try_acquire(self._lease_ns, key):
             return None
+        if grace and not had:
+            time.sleep(2 * self._leases.ping_every)
         try:
             return self._new_runner(name)
         except BaseException:
@@ -183,7 +193,7 @@ class ProjectionSet:
         after the server is back; failing fast keeps the supervisor's backoff (<= 2 s) in
         charge."""
         psycopg.connect(_conninfo(self.env), connect_timeout=2).close()
-        return self._elected_runner(name)
+        return self._elected_runner(name, grace=True)
 
     def _new_runner(self, name: str) -> BatchingProjectionRunner[ReadModelView]:
         """A started runner for read model ``name`` (resumes from its tracking position)."""

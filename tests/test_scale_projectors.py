@@ -54,3 +54,31 @@ def test_two_memories_share_one_database(fresh_schema, agent_id: str) -> None:
         if not closed:
             first.close()
         second.close()
+
+
+def test_a_lost_lease_connection_stops_the_runner(fresh_schema, pg_url: str, agent_id: str) -> None:
+    """The holder's lease session is killed (as a network cut or a server restart would): its
+    locks are gone, so it must stop running its projections — one process runs each one
+    afterwards (this one again or the standby), and nothing is applied twice."""
+    import psycopg
+
+    _schema, env = fresh_schema("lease")
+    with _open(env) as first, _open(env) as second:
+        holder_pid = first.projections._leases.run(lambda conn: conn.info.backend_pid)  # type: ignore[union-attr]
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (holder_pid,))
+
+        def runners() -> dict[str, int]:
+            both = [first.projections.status(), second.projections.status()]
+            return {name: sum(s[name].running for s in both) for name in both[0]}
+
+        started = time.monotonic()
+        while True:  # the loss is noticed at the next ping (1 s), then someone takes over
+            written = first.write(agent_id, f"I visited town {time.monotonic():.3f}.", speaker="Ana")
+            if time.monotonic() - started > 2.5 and all(n == 1 for n in runners().values()):
+                break
+            assert time.monotonic() - started < 15, runners()
+            time.sleep(0.2)
+        first.wait_for_projections(written.position, timeout=20)
+        second.wait_for_projections(written.position, timeout=20)
+        assert first.health().ok and second.health().ok
