@@ -13,7 +13,8 @@ Spreading: every ingest process holds a *member* lease; ``pg_locks`` counts the 
 process holds at most ``ceil(N / members)`` partitions, releasing the surplus (after its
 in-flight messages settle) and taking free ones every ``rebalance_every`` seconds. A process
 that dies (``kill -9``) loses its session and thus its leases; the survivors take its
-partitions at their next rebalance.
+partitions at their next rebalance, after a grace of two lease pings (a holder cut off from the
+database, not dead, notices at its next ping and stops consuming first).
 
 Takeover keeps per-agent order: a dead holder leaves delivered-but-unacked messages, which
 JetStream would redeliver only after ``ack_wait`` — *after* newer messages of the same agent.
@@ -182,6 +183,7 @@ class PartitionConsumers:
         self.held: dict[int, _Partition] = {}
         self._js: Any = None
         self._loop_task: asyncio.Task[None] | None = None
+        self._rebalanced = False  # the first rebalance takes partitions without a grace
 
     # ----- lifecycle --------------------------------------------------------------------
 
@@ -266,18 +268,27 @@ class PartitionConsumers:
         surplus = sorted(self.held)[target:]
         if surplus:
             await asyncio.gather(*(self._release(p) for p in surplus))
+        taken: list[int] = []
         for p in self.order:
-            if len(self.held) >= target:
+            if len(self.held) + len(taken) >= target:
                 break
             if p in self.held:
                 continue
             if locks is None or await asyncio.to_thread(locks.try_acquire, self.partition_ns, p):
-                try:
-                    await self._take(p)
-                except BaseException:
-                    if locks is not None:
-                        await asyncio.to_thread(locks.release, self.partition_ns, p)
-                    raise
+                taken.append(p)
+        if taken and locks is not None and self._rebalanced:
+            # a takeover: a holder cut off from the database (not dead) notices at its next
+            # lease ping and stops; wait for that before consuming beside it
+            await asyncio.sleep(2 * locks.ping_every)
+        self._rebalanced = True
+        for i, p in enumerate(taken):
+            try:
+                await self._take(p)
+            except BaseException:
+                if locks is not None:
+                    for q in taken[i:]:
+                        await asyncio.to_thread(locks.release, self.partition_ns, q)
+                raise
 
     async def _take(self, p: int) -> None:
         await self._prepare_consumer(p)
