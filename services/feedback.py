@@ -23,6 +23,7 @@ from typing import Any
 
 from nats.js.api import RetentionPolicy, StreamConfig
 
+from engramdb.infra.nats_auth import nats_servers
 from engramdb.services.messages import DEFAULT_PREFIX, agent_token
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,14 @@ def feedback_stream_config(
         subjects=[f"{prefix}.feedback.>"],
         retention=RetentionPolicy.LIMITS,  # consumers keep their cursor in the event log
         max_age=retention_days * 86400.0,
+        num_replicas=_replicas(),  # a NATS cluster (ADR-0020)
     )
+
+
+def _replicas() -> int:
+    from engramdb.infra.settings import load_settings
+
+    return load_settings().nats_stream_replicas
 
 
 def notice_bytes(agent_id: str, fact_ids: list[str], at: datetime) -> bytes:
@@ -124,7 +132,7 @@ class FeedbackPublisher:
                             self.dropped += 1
                             continue
                         # few reconnects: a closed connection is replaced at the next notice
-                        nc = await nats.connect(self.nats_url, connect_timeout=2,
+                        nc = await nats.connect(nats_servers(self.nats_url), connect_timeout=2,
                                                 max_reconnect_attempts=2, reconnect_time_wait=0.5)
                         await ensure_feedback_stream(
                             nc.jetstream(timeout=2.0),

@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from engramdb.infra.nats_auth import nats_servers
 from engramdb.services.feedback import feedback_stream_name, feedback_subject
 from engramdb.services.jobs.base import Job, JobContext
 
@@ -44,7 +45,7 @@ async def read_notices(ctx: JobContext, agent_id: str, after: int) -> Notices:
 
     out = Notices()
     assert ctx.nats_url is not None
-    nc = await nats.connect(ctx.nats_url, connect_timeout=5)
+    nc = await nats.connect(nats_servers(ctx.nats_url), connect_timeout=5)
     try:
         js = nc.jetstream(timeout=5.0)
         try:
