@@ -152,19 +152,19 @@ class Memory(ManageMixin):
             )
         else:
             database = resolve_database(settings)
-        metrics = Metrics()
-        chosen_llm = metrics.count_llm_errors(make_llm(settings) if llm is _UNSET else llm)
-        chosen_embedder = embedder or make_embedder(settings)
-        if extractor is None:
-            if chosen_llm is not None:
-                extractor = LLMExtractor(chosen_llm, timeout_sec=settings.llm_timeout_sec)
-            else:
-                extractor = RuleBasedExtractor()
-                if not quiet:
-                    print(OFFLINE_NOTICE, file=sys.stderr)
         # several processes may open one fresh schema at once: its tables are made one at a time
         with exclusive(database.url, "setup", database.schema):
             ensure_extensions(database.url, database.schema)
+            metrics = Metrics()
+            chosen_llm = metrics.count_llm_errors(make_llm(settings) if llm is _UNSET else llm)
+            chosen_embedder = embedder or make_embedder(settings)
+            if extractor is None:
+                if chosen_llm is not None:
+                    extractor = LLMExtractor(chosen_llm, timeout_sec=settings.llm_timeout_sec)
+                else:
+                    extractor = RuleBasedExtractor()
+                    if not quiet:
+                        print(OFFLINE_NOTICE, file=sys.stderr)
             return cls(
                 database=database,
                 env=database.env,
