@@ -32,7 +32,7 @@ from engramdb.services.publisher import MessagePublisher
 
 REPO = Path(__file__).resolve().parents[1]
 CITIES = ("Lisbon", "Porto", "Recife", "Natal", "Belem", "Manaus", "Santos", "Olinda")
-DURABLE = "engramdb-ingest"  # the consumer ``serve`` uses (default prefix)
+DURABLE = "engramdb-ingest"  # serve's consumers are DURABLE-p<partition> (default prefix)
 
 
 class ProjectorLag(AssertionError):
@@ -236,13 +236,17 @@ def counts(db_url: str, schema: str) -> Counts:
 
 
 def consumer_state(nats_url: str) -> tuple[int, int]:
-    """(num_pending, num_ack_pending) of serve's durable ingest consumer."""
+    """(num_pending, num_ack_pending) summed over serve's durable ingest consumers (one per
+    partition, ``engramdb-ingest-p<N>``: ADR-0020)."""
 
     async def go() -> tuple[int, int]:
         nc = await nats.connect(nats_url)
         try:
-            info = await nc.jetstream().consumer_info(messages_stream_name(), DURABLE)
-            return int(info.num_pending or 0), int(info.num_ack_pending or 0)
+            infos = await nc.jetstream().consumers_info(messages_stream_name())
+            ours = [i for i in infos if (i.name or "").startswith(f"{DURABLE}-p")]
+            assert ours, "serve created no partition consumer"
+            pending = sum(int(i.num_pending or 0) for i in ours)
+            return pending, sum(int(i.num_ack_pending or 0) for i in ours)
         finally:
             await nc.close()
 
