@@ -4,7 +4,9 @@ For each size: one agent with ``n`` facts spread over 20 entities (linked in a r
 relationships, so connectivity is not trivial), ``n / 2`` retrieval notices of 10 facts each
 on the feedback stream (every 100th fact gives its subject a "home": 20 contradictions; all
 facts recent: 20 recurring topics), then the first pass (``feedback`` consumes every notice,
-``consolidation`` finds the patterns, ``importance`` assesses every fact), the projection
+``consolidation`` finds the patterns, ``importance`` assesses every fact; ADR-0022:
+``vitality`` scores every fact, ``communities`` runs Louvain on the 20-entity graph,
+``profiles`` writes 20 template profiles), the projection
 of the job events, and a second pass on unchanged memory (idempotent: no event). No LLM is
 called by any job.
 
@@ -77,7 +79,8 @@ def one_size(n: int, nats_url: str) -> dict[str, float]:
         publisher.close()
         ctx = JobContext(memory, nats_url=nats_url, prefix=prefix, timeout_sec=3600)
         out: dict[str, float] = {"notices_sent": publisher.sent}
-        for name in ("feedback", "consolidation", "importance"):
+        for name in ("feedback", "consolidation", "importance", "vitality", "communities",
+                     "profiles"):
             start = time.perf_counter()
             runs = run_pass(ctx, select(name), [agent])
             out[f"{name}_s"] = time.perf_counter() - start
@@ -103,7 +106,10 @@ def main() -> None:
         print(f"{n:>7} facts: feedback {r['feedback_s']:.2f}s ({r['notices_sent']:.0f} notices, "
               f"{r['feedback_events']:.0f} event), consolidation {r['consolidation_s']:.2f}s "
               f"({r['consolidation_events']:.0f} patterns), importance {r['importance_s']:.2f}s "
-              f"({r['importance_events']:.0f} event), projecting them {r['project_s']:.2f}s, "
+              f"({r['importance_events']:.0f} event), vitality {r['vitality_s']:.2f}s "
+              f"({r['vitality_events']:.0f} event), communities {r['communities_s']:.2f}s "
+              f"({r['communities_events']:.0f}), profiles {r['profiles_s']:.2f}s "
+              f"({r['profiles_events']:.0f}), projecting them {r['project_s']:.2f}s, "
               f"second pass {r['idempotent_pass_s']:.2f}s ({r['idempotent_events']:.0f} events), "
               "0 LLM calls")
 

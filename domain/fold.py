@@ -92,6 +92,8 @@ class UsageRow:
     importance: float | None = None
     times_retrieved: int = 0
     last_retrieved_at: datetime | None = None
+    vitality: float | None = None  # ADR-0022
+    low_vitality: bool = False
 
 
 def new_fact_row(
@@ -253,6 +255,14 @@ class FactFold:
             row = self._usage(e.agent_id, fact_id)
             if row is not None:
                 row.importance = float(importance)
+
+    @_on.register
+    def _vitality_assessed(self, e: AgentJobs.FactVitalityAssessed) -> None:
+        low = set(e.low)
+        for fact_id, score in e.facts.items():
+            row = self._usage(e.agent_id, fact_id)
+            if row is not None:
+                row.vitality, row.low_vitality = float(score), fact_id in low
 
 
 def fold_facts(events: Iterable[Any], agent_id: str | None = None) -> dict[str, FactRow]:

@@ -21,6 +21,7 @@ from uuid import UUID, uuid5
 from eventsourcing.domain import Aggregate, event
 
 from engramdb.domain.keys import agent_aggregate_id
+from engramdb.domain.vitality import bucket_of
 
 
 def agent_jobs_id(agent_id: str) -> UUID:
@@ -77,6 +78,47 @@ class AgentJobs(Aggregate):
         agent_id: str
         pattern_id: str
         reason: str
+
+    class CommunityDetected(Aggregate.Event):
+        """A group of densely connected entities (ADR-0022). ``community_id`` hashes the
+        sorted ``members``: the same membership found again has the same id (and is not
+        re-emitted); a changed membership is a new community and the old one is dissolved."""
+
+        agent_id: str
+        community_id: str
+        members: list[str]
+        label: str
+        method: str
+
+    class CommunityDissolved(Aggregate.Event):
+        agent_id: str
+        community_id: str
+        reason: str
+
+    class ProfileRefreshed(Aggregate.Event):
+        """An English profile of an entity from its active facts. ``method`` is
+        ``template-v1`` offline or ``llm:<prompt version>`` (the answer is ``llm_output``,
+        so a replay never asks again); ``reference_time`` is the memory clock it was made at
+        (the refresh interval is measured on it)."""
+
+        agent_id: str
+        entity_key: str
+        text: str
+        method: str
+        fact_ids: list[str]
+        llm_output: str | None
+        reference_time: datetime
+
+    class FactVitalityAssessed(Aggregate.Event):
+        """Vitality of the facts whose score bucket changed (``facts``: id -> score) and,
+        among them, those now flagged as low-vitality candidates for consolidation (``low``).
+        Facts are never deleted for it."""
+
+        agent_id: str
+        method: str
+        facts: dict[str, float]
+        low: list[str]
+        reference_time: datetime
 
     @staticmethod
     def create_id(agent_id: str) -> UUID:  # type: ignore[override]
@@ -168,6 +210,81 @@ class AgentJobs(Aggregate):
     @event(PatternRetired)
     def _pattern_retired(self, agent_id: str, pattern_id: str, reason: str) -> None:
         self.patterns.pop(pattern_id, None)
+
+
+    # ----- ADR-0022: communities, profiles, vitality --------------------------------------
+    # State added after ADR-0019: a snapshot taken before has no such attribute, hence
+    # ``state_of`` (setdefault) instead of reading the attribute.
+
+    def state_of(self, name: str) -> dict[str, Any]:
+        found: dict[str, Any] = self.__dict__.setdefault(name, {})
+        return found
+
+    def detect_community(self, community_id: str, members: list[str], label: str,
+                         method: str) -> bool:
+        """Record a community not standing yet (False if it stands, same members)."""
+        members = sorted(set(members))
+        if self.state_of("communities").get(community_id) == members:
+            return False
+        self._community_detected(agent_id=self.agent_id, community_id=community_id,
+                                 members=members, label=label, method=method)
+        return True
+
+    @event(CommunityDetected)
+    def _community_detected(self, agent_id: str, community_id: str, members: list[str],
+                            label: str, method: str) -> None:
+        self.state_of("communities")[community_id] = list(members)
+
+    def dissolve_community(self, community_id: str, reason: str) -> bool:
+        if community_id not in self.state_of("communities"):
+            return False
+        self._community_dissolved(agent_id=self.agent_id, community_id=community_id,
+                                  reason=reason)
+        return True
+
+    @event(CommunityDissolved)
+    def _community_dissolved(self, agent_id: str, community_id: str, reason: str) -> None:
+        self.state_of("communities").pop(community_id, None)
+
+    def refresh_profile(self, entity_key: str, text: str, method: str, fact_ids: list[str],
+                        reference_time: datetime, llm_output: str | None = None) -> bool:
+        """Record a profile unless the entity already has this text from these facts."""
+        fact_ids = sorted(set(fact_ids))
+        if self.state_of("profiles").get(entity_key, [None, None, None])[1:] == [text, fact_ids]:
+            return False
+        self._profile_refreshed(agent_id=self.agent_id, entity_key=entity_key, text=text,
+                                method=method, fact_ids=fact_ids, llm_output=llm_output,
+                                reference_time=reference_time)
+        return True
+
+    @event(ProfileRefreshed)
+    def _profile_refreshed(self, agent_id: str, entity_key: str, text: str, method: str,
+                           fact_ids: list[str], llm_output: str | None,
+                           reference_time: datetime) -> None:
+        # entity_key -> [reference time (ISO), text, fact ids]
+        self.state_of("profiles")[entity_key] = [reference_time.isoformat(), text, list(fact_ids)]
+
+    def assess_vitality(self, method: str, scores: dict[str, float], low: set[str],
+                        reference_time: datetime) -> bool:
+        """Record the facts whose score bucket (``domain.vitality.bucket_of``) or low flag
+        changed (False if none did): a score drifting inside its bucket emits nothing."""
+        known = self.state_of("vitality")
+        changed = {k: v for k, v in sorted(scores.items())
+                   if known.get(k) != [bucket_of(v), k in low]}
+        if not changed:
+            return False
+        self._vitality_assessed(agent_id=self.agent_id, method=method, facts=changed,
+                                low=sorted(k for k in changed if k in low),
+                                reference_time=reference_time)
+        return True
+
+    @event(FactVitalityAssessed)
+    def _vitality_assessed(self, agent_id: str, method: str, facts: dict[str, float],
+                           low: list[str], reference_time: datetime) -> None:
+        known = self.state_of("vitality")
+        flagged = set(low)
+        for fact_id, score in facts.items():
+            known[fact_id] = [bucket_of(score), fact_id in flagged]
 
 
 def is_job_event(event: Any) -> bool:

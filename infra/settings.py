@@ -86,6 +86,12 @@ class Settings(BaseSettings):
     job_feedback_interval_sec: float = Field(default=300.0, gt=0)
     job_importance_interval_sec: float = Field(default=3600.0, gt=0)
     job_consolidation_interval_sec: float = Field(default=3600.0, gt=0)
+    job_vitality_interval_sec: float = Field(default=3600.0, gt=0)  # ADR-0022
+    job_communities_interval_sec: float = Field(default=3600.0, gt=0)
+    job_profiles_interval_sec: float = Field(default=3600.0, gt=0)
+    summary_refresh_interval_days: float = Field(
+        default=7.0, gt=0, description="an entity profile is refreshed at most this often "
+        "(days of the memory's own clock)")
     job_timeout_sec: float = Field(default=600.0, gt=0, description="per job and agent")
     feedback_retention_days: float = Field(default=30.0, gt=0, description="feedback stream max age")
     ingest_ack_wait_sec: float = Field(

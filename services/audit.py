@@ -22,6 +22,7 @@ from engramdb.domain.aggregate import AgentMemory
 from engramdb.domain.erasure import UndecryptableEvent
 from engramdb.domain.fold import AsOfAxis, FactFold, FactRow
 from engramdb.domain.fold import facts_as_of as fold_facts_as_of
+from engramdb.domain.jobs import AgentJobs, agent_jobs_id
 from engramdb.domain.keys import agent_aggregate_id
 from engramdb.domain.time_range import check_instant
 from engramdb.infra.pgsql import set_search_path
@@ -256,8 +257,32 @@ def fact_history(
             wanted = set(row.event_versions) if row else set()
         events = [e for e in all_events if e.originator_version in wanted]
     entries = [to_entry(e) for e in events if not isinstance(e, UndecryptableEvent)]
+    if entries:
+        touched = {fact_id} | {f for e in entries for f in (e.fact_id, e.target_fact_id) if f}
+        entries.extend(_job_entries(app, agent_id, touched))
+        entries.sort(key=lambda e: e.recorded_at)  # stable: the agent's own order is kept
     if with_messages:
         _attach_messages(app, agent_id, entries)
+    return entries
+
+
+def _job_entries(app: Any, agent_id: str, fact_ids: set[str]) -> list[HistoryEntry]:
+    """Job conclusions about these facts (``FactVitalityAssessed``, ADR-0022) from the
+    agent's ``AgentJobs`` log; ``version`` is that aggregate's, ``detail.aggregate`` says so."""
+    entries: list[HistoryEntry] = []
+    for e in app.events.get(agent_jobs_id(agent_id)):
+        if not isinstance(e, AgentJobs.FactVitalityAssessed):
+            continue
+        low = set(e.low)
+        for fid in sorted(fact_ids & set(e.facts)):
+            entries.append(HistoryEntry(
+                version=e.originator_version, event="FactVitalityAssessed", decision="VITALITY",
+                fact_id=fid, recorded_at=e.timestamp, valid_at=e.reference_time,
+                reason="low vitality: a candidate for consolidation (not deleted)"
+                if fid in low else None,
+                detail={"aggregate": "jobs", "vitality": e.facts[fid], "low": fid in low,
+                        "method": e.method},
+            ))
     return entries
 
 

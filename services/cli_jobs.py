@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-jobs_app = typer.Typer(no_args_is_help=True, help="Sleep-time jobs (importance, feedback).")
+jobs_app = typer.Typer(no_args_is_help=True, help="Sleep-time jobs (feedback, consolidation, importance, vitality, communities, profiles).")
 
 
 @jobs_app.command("list")
@@ -38,7 +38,9 @@ def run(
     settings = load_settings()
     with Memory.open(settings, start_projectors=False, quiet=True) as memory:
         ctx = JobContext(memory, nats_url=resolve_nats(settings), prefix=settings.subject_prefix,
-                         timeout_sec=settings.job_timeout_sec)
+                         timeout_sec=settings.job_timeout_sec,
+                         summary_refresh_interval_days=settings.summary_refresh_interval_days,
+                         llm_timeout_sec=settings.llm_timeout_sec)
         runs = run_pass(ctx, jobs, agent or None, progress=True)
     bad = [r for r in runs if r.status in ("failed", "timeout")]
     for r in runs:

@@ -69,3 +69,16 @@ def resolution_max_tokens(candidate_keys: Sequence[str]) -> int:
     """Output bound of the entity-resolution call choosing among ``candidate_keys``."""
     longest = max((len(k) for k in candidate_keys), default=0)
     return max(RESOLUTION_MIN_TOKENS, RESOLUTION_ENVELOPE_TOKENS + -(-longest // 2))
+
+
+# * **profile** (ADR-0022) — a plain-text English profile of one entity, 2–4 sentences, at
+#   most ``PROFILE_MAX_CHARS`` (600) characters: 600 / 4 = 150 tokens + 50 for a model that
+#   adds a heading or a newline. An answer cut at the bound is kept only up to its last
+#   full sentence.
+PROFILE_MAX_CHARS = 600
+PROFILE_TOKENS = 200
+
+
+def profile_max_tokens() -> int:
+    """Output bound of the profile-refresh call (one entity)."""
+    return PROFILE_TOKENS

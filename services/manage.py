@@ -177,7 +177,8 @@ def list_entities(pool: ConnectionPool, agent_id: str, page: PageParams) -> Page
         "AND al.entity_key = e.entity_key ORDER BY al.alias) AS aliases, "
         "(SELECT count(*) FROM mem_fact_entities fe JOIN mem_facts f ON f.agent_id = fe.agent_id "
         "AND f.fact_id = fe.fact_id AND f.status = 'active' WHERE fe.agent_id = e.agent_id "
-        "AND fe.entity_key = e.entity_key) AS active_facts "
+        "AND fe.entity_key = e.entity_key) AS active_facts, e.profile_text AS profile, "
+        "e.profile_method, e.profile_refreshed_at "
         "FROM mem_entities e WHERE e.agent_id = %(a)s AND e.merged_into IS NULL "
         "AND e.entity_key > %(c)s ORDER BY e.entity_key LIMIT %(n)s",
         params,

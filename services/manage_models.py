@@ -120,6 +120,12 @@ class EntityItem(BaseModel):
     aliases: list[str]
     created_at: datetime
     active_facts: int
+    profile: str = Field(default="", description="English profile from the entity's facts "
+                         "(profiles job, ADR-0022); empty until the job ran")
+    profile_method: str | None = Field(default=None, description="who wrote it: "
+                                       "'template-v1' (offline) or 'llm:<prompt>'")
+    profile_refreshed_at: datetime | None = Field(default=None, description="memory time of "
+                                                  "the last refresh")
 
 
 class AgentItem(BaseModel):

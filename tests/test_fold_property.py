@@ -4,7 +4,8 @@
 A hypothesis state machine drives two agents' aggregates with random decisions (register,
 alias, merge, add, update, confirm, retract, forget, relate, reject), with conversation times that
 may go backwards (backfilled messages), saves them, and compares after waiting for the
-projection. Job events (``AgentJobs``: retrievals observed, importance assessed; ADR-0019) and
+projection. Job events (``AgentJobs``: retrievals observed, importance assessed; ADR-0019;
+vitality, communities, profiles: ADR-0022) and
 corrections interleave with the decisions; the fold then reads the whole log in order. Embedder: ``HashEmbedder`` (deterministic test double).
 """
 
@@ -25,6 +26,7 @@ from engramdb.domain.fold import FactFold, FactRow
 from engramdb.domain.jobs import AgentJobs
 from engramdb.domain.payloads import FactPayload, fact_sources
 from engramdb.infra.providers.scripted import HashEmbedder
+from engramdb.projections.read_models.memory.fold import MemoryFold
 from engramdb.projections.runner import ProjectionSet
 from engramdb.services.app import MemoryApplication
 
@@ -53,6 +55,12 @@ def test_projection_equals_pure_fold(pg_url: str, fresh_schema: Any) -> None:
             rows = conn.execute("SELECT * FROM mem_fact_usage WHERE agent_id = %s",
                                 (agent,)).fetchall()
         return {r["fact_id"]: r for r in rows}
+
+    def community_rows(agent: str) -> list[tuple[Any, ...]]:
+        with psycopg.connect(pg_url) as conn:
+            conn.execute(f'SET search_path TO "{schema}", public')
+            return sorted(conn.execute("SELECT * FROM mem_communities WHERE agent_id = %s "
+                                       "ORDER BY community_id", (agent,)).fetchall())
 
     class Decisions(RuleBasedStateMachine):
         def __init__(self) -> None:
@@ -180,6 +188,28 @@ def test_projection_equals_pure_fold(pg_url: str, fresh_schema: Any) -> None:
             self._jobs(self.agents[a], lambda j: j.assess_importance(
                 "test", dict.fromkeys(ids, value), {}, self.at(0)))
 
+        @rule(a=st.integers(0, 1), picks=st.lists(st.integers(0, 50), max_size=3),
+              value=st.sampled_from([0.1, 0.25, 0.6, 0.95]))
+        def vitality(self, a: int, picks: list[int], value: float) -> None:  # ADR-0022
+            ids = self._known(a, picks)
+            self._jobs(self.agents[a], lambda j: j.assess_vitality(
+                "test", dict.fromkeys(ids, value), {i for i in ids if value < 0.3}, self.at(0)))
+
+        @rule(a=st.integers(0, 1), members=st.sets(st.sampled_from(NAMES), min_size=2),
+              dissolve=st.booleans(), profile=st.sampled_from(NAMES))
+        def communities(self, a: int, members: set[str], dissolve: bool, profile: str) -> None:
+            keys = sorted(f"person:{m}" for m in members)
+            cid = "c-" + "-".join(keys)
+
+            def command(j: Any) -> None:
+                if dissolve:
+                    for standing in sorted(j.state_of("communities")):
+                        j.dissolve_community(standing, "test")
+                j.detect_community(cid, keys, "label", "test")
+                j.refresh_profile(f"person:{profile}", f"profile {self.clock}", "template-v1",
+                                  [], self.at(0))
+            self._jobs(self.agents[a], command)
+
         def fold(self) -> FactFold:
             head = app.recorder.max_notification_id() or 0
             notes = app.recorder.select_notifications(1, head + 1) if head else []
@@ -199,6 +229,14 @@ def test_projection_equals_pure_fold(pg_url: str, fresh_schema: Any) -> None:
                     assert actual[fid] == vars(row), fid
                 usage = {f: vars(u) for (a, f), u in folded.usage.items() if a == agent}
                 assert usage_rows(agent) == usage
+                assert community_rows(agent) == self.communities_folded(agent)
+
+        def communities_folded(self, agent: str) -> list[tuple[Any, ...]]:
+            head = app.recorder.max_notification_id() or 0
+            memory_fold = MemoryFold()
+            for n in app.recorder.select_notifications(1, head + 1) if head else []:
+                memory_fold.apply(app.mapper.to_domain_event(n))
+            return sorted(r for r in memory_fold.rows("mem_communities") if r[0] == agent)
 
         def teardown(self) -> None:
             if self.position:

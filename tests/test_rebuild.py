@@ -118,6 +118,15 @@ def _job_events(app: MemoryApplication, agent: str, i: int, at: datetime) -> int
                          "deterministic:repeated")
     if i % 8 == 7:
         jobs.retire_pattern("p1", "gone")
+    # ADR-0022: vitality, communities (one dissolved as membership changes), profiles
+    jobs.assess_vitality("test", {f"f{i}": 0.2, f"f{i - 1}": 0.5 + i / 100, "no-such-fact": 0.1},
+                         {f"f{i}", "no-such-fact"}, at)
+    members = ["person:ana", "person:bo"] + ([f"person:x{i}"] if i % 8 == 7 else [])
+    for standing in sorted(jobs.state_of("communities")):
+        jobs.dissolve_community(standing, "changed")
+    jobs.detect_community("c-" + "-".join(members), members, "Ana and Bo", "test")
+    jobs.refresh_profile("person:ana", f"Ana, profile {i}", "template-v1", [f"f{i}"], at)
+    jobs.refresh_profile("person:nobody", "no such entity", "template-v1", [], at)
     return app.save(jobs)[-1].notification.id
 
 

@@ -2,17 +2,26 @@
 
 Adding a job is one module with ``JOB = Job(...)`` and one line below; the runner, the CLI
 (``engramdb jobs run``) and ``serve --role jobs`` all iterate ``JOBS``, in this order (the
-importance job reads what the feedback job recorded and the patterns consolidation found).
+importance job reads what the feedback job recorded and the patterns consolidation found;
+vitality reads importance).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from engramdb.services.jobs import consolidation, feedback_job, importance
+from engramdb.services.jobs import (
+    communities,
+    consolidation,
+    feedback_job,
+    importance,
+    profiles,
+    vitality,
+)
 from engramdb.services.jobs.base import Job, JobContext, JobTimeout
 
-JOBS: tuple[Job, ...] = (feedback_job.JOB, consolidation.JOB, importance.JOB)
+JOBS: tuple[Job, ...] = (feedback_job.JOB, consolidation.JOB, importance.JOB, vitality.JOB,
+                         communities.JOB, profiles.JOB)
 BY_NAME: dict[str, Job] = {job.name: job for job in JOBS}
 
 

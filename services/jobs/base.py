@@ -22,13 +22,15 @@ class JobTimeout(RuntimeError):
 
 @dataclass
 class JobContext:
-    """``memory``: the ``Memory`` facade (log, read pool, projections); ``nats_url``: the
-    broker holding the feedback stream (None: no feedback is read)."""
+    """``memory``: the ``Memory`` facade (log, read pool, projections, ``llm``); ``nats_url``:
+    the broker holding the feedback stream (None: no feedback is read)."""
 
     memory: Any
     nats_url: str | None = None
     prefix: str = "engramdb"
     timeout_sec: float = 300.0
+    summary_refresh_interval_days: float = 7.0  # ADR-0022, job ``profiles``
+    llm_timeout_sec: float = 60.0
     deadline: float = field(default=0.0)
 
     def check_deadline(self) -> None:

@@ -25,9 +25,14 @@ class JobThread:
 
 def start_jobs(memory: Any, settings: Any, nats_url: str | None) -> JobThread:
     ctx = JobContext(memory, nats_url=nats_url, prefix=settings.subject_prefix,
-                     timeout_sec=settings.job_timeout_sec)
+                     timeout_sec=settings.job_timeout_sec,
+                     summary_refresh_interval_days=settings.summary_refresh_interval_days,
+                     llm_timeout_sec=settings.llm_timeout_sec)
     return JobThread(ctx, {
         "feedback": settings.job_feedback_interval_sec,
         "consolidation": settings.job_consolidation_interval_sec,
         "importance": settings.job_importance_interval_sec,
+        "vitality": settings.job_vitality_interval_sec,
+        "communities": settings.job_communities_interval_sec,
+        "profiles": settings.job_profiles_interval_sec,
     })

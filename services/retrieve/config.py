@@ -111,6 +111,12 @@ class RetrieveConfig(BaseModel):
     graph_neighbours_per_entity: int = Field(default=5, ge=1, le=500, description="(engramdb)")
     broad_query_multiplier: int = Field(default=3, ge=1, le=20, description="(engramdb)")
     planner_expansion_limit: int = Field(default=5, ge=0, le=100, description="(engramdb)")
+    community_expansion: bool = Field(default=False, description="(engramdb, ADR-0022) the "
+        "planner also adds members of the named entities' communities (communities job), "
+        "within planner_expansion_limit; off until measured on LoCoMo")
+    low_vitality_weight: float = Field(default=1.0, ge=0.0, le=1.0, description="(engramdb, "
+        "ADR-0022) factor on the final score of facts the vitality job flagged low; 1.0 = off "
+        "(the default, until measured on LoCoMo)")
     # enhance
     spreading_activation_hops: int = Field(default=2, ge=0, le=4)
     spreading_decay_factor: float = Field(default=0.50, ge=0.0, le=1.0)

@@ -136,6 +136,8 @@ class PlannerLookup:
     prefixes: set[str] = field(default_factory=set)  # existing entity-type prefixes (checked)
     edges: list[Edge] = field(default_factory=list)  # 1-hop relationships of matched entities
     display_names: dict[str, str] = field(default_factory=dict)  # neighbour key -> name
+    # fellow members of the matched entities' communities (``community_expansion``, ADR-0022)
+    communities: list[Edge] = field(default_factory=list)
 
 
 def build_plan(
@@ -179,6 +181,20 @@ def build_plan(
             in_query=False,
         )
         added += 1
+    # then fellow community members (empty unless ``community_expansion``), same budget
+    for edge in sorted(lookup.communities, key=lambda e: (e.seed, e.neighbour)):
+        if added >= expansion_limit:
+            break
+        if edge.seed not in entities or edge.neighbour in entities:
+            continue
+        entities[edge.neighbour] = PlannedEntity(
+            entity_key=edge.neighbour,
+            display_name=lookup.display_names.get(edge.neighbour, edge.neighbour.split(":", 1)[-1]),
+            source="expansion",
+            matched=edge.seed,
+            in_query=False,
+        )
+        added += 1
     patterns = [f"{p}:%" for p in analysis.aggregation_prefixes if p in lookup.prefixes]
     reason: PlanReason = "aggregation" if patterns else "broad" if analysis.broad else "deterministic"
     return RetrievalPlan(
@@ -194,9 +210,13 @@ def build_plan(
 # ----- the only I/O of the planner ------------------------------------------------------
 
 
-def load_lookup(conn: Any, agent_id: str, analysis: QueryAnalysis, as_of: datetime | None) -> PlannerLookup:
+def load_lookup(
+    conn: Any, agent_id: str, analysis: QueryAnalysis, as_of: datetime | None,
+    communities: bool = False,
+) -> PlannerLookup:
     """Read the agent's names matching the query's n-grams, type prefixes (aggregation only)
-    and 1-hop relationships of the matched entities. Three short indexed queries."""
+    and 1-hop relationships of the matched entities. Three short indexed queries (a fourth
+    with ``communities``: not for as-of retrievals, communities are not bi-temporal)."""
     lookup = PlannerLookup()
     grams = sorted({text for _, _, text in analysis.ngrams})
     if grams:
@@ -245,7 +265,32 @@ def load_lookup(conn: Any, agent_id: str, analysis: QueryAnalysis, as_of: dateti
     matched = sorted({key for hits in lookup.names.values() for key, _ in hits})
     if matched:
         lookup.edges, lookup.display_names = load_edges(conn, agent_id, matched, as_of)
+        if communities and as_of is None:
+            lookup.communities = load_community_edges(conn, agent_id, matched, lookup.display_names)
     return lookup
+
+
+def load_community_edges(
+    conn: Any, agent_id: str, keys: list[str], names: dict[str, str]
+) -> list[Edge]:
+    """Seed -> fellow member of each community holding a seed (``mem_communities``); fills
+    ``names`` with the members' display names."""
+    rows = conn.execute(
+        """
+        SELECT s.seed, m.member, e.display_name
+          FROM mem_communities c
+          CROSS JOIN LATERAL unnest(c.members) AS m(member)
+          JOIN unnest(%(k)s::text[]) AS s(seed) ON s.seed = ANY(c.members)
+          LEFT JOIN mem_entities e ON e.agent_id = c.agent_id AND e.entity_key = m.member
+         WHERE c.agent_id = %(a)s AND c.members && %(k)s::text[] AND m.member <> s.seed
+         ORDER BY s.seed, m.member
+        """,
+        {"a": agent_id, "k": keys},
+    ).fetchall()
+    for _, member, name in rows:
+        if name:
+            names.setdefault(member, name)
+    return [Edge(seed, member, "community", 0.0, None) for seed, member, _ in rows]
 
 
 def load_edges(

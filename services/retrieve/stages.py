@@ -92,7 +92,8 @@ def plan_stage(call: Call, conn: Any) -> tuple[RetrievalPlan, PlannerLookup, dat
     """The plan and the recency anchor. Its timing runs from the query analysis, less the
     keyword stage when that ran inline."""
     trace = call.trace
-    lookup: PlannerLookup = load_lookup(conn, call.agent_id, call.analysis, call.as_of)
+    lookup: PlannerLookup = load_lookup(conn, call.agent_id, call.analysis, call.as_of,
+                                        communities=call.cfg.community_expansion)
     if call.as_of is not None:
         anchor, anchor_source = call.as_of, "as_of"
     else:
@@ -118,6 +119,11 @@ def select(
     # a fused score is a rank-based share, not a relevance: min_score applies to it only
     # once the reranker has judged the candidates
     min_score = cfg.min_score if cfg.ranking == "formula" or call.reranked else 0.0
+    if cfg.low_vitality_weight < 1.0:  # ADR-0022: flagged facts step back, never vanish
+        for c in ranked:
+            if c.row.low_vitality:
+                c.final *= cfg.low_vitality_weight
+        ranked = sorted(ranked, key=lambda c: (-round(c.final, 9), c.fact_id))
     before = len(ranked)
     ranked = [c for c in ranked if c.final >= min_score and c.final > 0.0]
     call.trace.count(dropped_min_score=before - len(ranked))

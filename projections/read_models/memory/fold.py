@@ -18,6 +18,7 @@ from engramdb.projections.read_model import BulkFold, jsonb
 from engramdb.projections.read_models.memory.tables import (
     AGENTS,
     ALIASES,
+    COMMUNITIES,
     ENTITIES,
     FACT_ENTITIES,
     FACT_USAGE,
@@ -27,6 +28,7 @@ from engramdb.projections.read_models.memory.tables import (
     PATTERNS,
     REJECTIONS,
     RELATIONSHIPS,
+    community_row,
     fact_values,
     hidden_message_rows,
     merge_relationship_rows,
@@ -48,6 +50,7 @@ class MemoryFold(BulkFold):
         self.hidden: dict[tuple[str, str], tuple[Any, ...]] = {}
         self.forgotten: list[tuple[Any, ...]] = []
         self.patterns: dict[tuple[str, str], tuple[Any, ...]] = {}
+        self.communities: dict[tuple[str, str], tuple[Any, ...]] = {}
 
     def apply(self, event: Any) -> None:
         if not isinstance(event, (AgentMemory.Event, AgentJobs.Event)):
@@ -63,7 +66,7 @@ class MemoryFold(BulkFold):
     def _entity_registered(self, e: AgentMemory.EntityRegistered) -> None:
         a = self.facts.agent_of(e)
         self.entities.setdefault(
-            (a, e.entity_key), [e.display_name, e.entity_type, "", None, e.timestamp, 0.5]
+            (a, e.entity_key), [e.display_name, e.entity_type, "", None, e.timestamp, 0.5, None, None]
         )
         for alias in [e.display_name, *e.aliases]:
             self.aliases.setdefault((a, fold(alias)), [alias, e.entity_key])
@@ -143,6 +146,20 @@ class MemoryFold(BulkFold):
     def _pattern_retired(self, e: AgentJobs.PatternRetired) -> None:
         self.patterns.pop((e.agent_id, e.pattern_id), None)
 
+    @handles(AgentJobs.CommunityDetected)
+    def _community_detected(self, e: AgentJobs.CommunityDetected) -> None:
+        self.communities[(e.agent_id, e.community_id)] = community_row(e)
+
+    @handles(AgentJobs.CommunityDissolved)
+    def _community_dissolved(self, e: AgentJobs.CommunityDissolved) -> None:
+        self.communities.pop((e.agent_id, e.community_id), None)
+
+    @handles(AgentJobs.ProfileRefreshed)
+    def _profile_refreshed(self, e: AgentJobs.ProfileRefreshed) -> None:
+        ent = self.entities.get((e.agent_id, e.entity_key))
+        if ent is not None:
+            ent[2], ent[6], ent[7] = e.text, e.method, e.reference_time
+
     @handles(AgentMemory.DecisionRejected)
     def _decision_rejected(self, e: AgentMemory.DecisionRejected) -> None:
         self.rejections.append(
@@ -179,6 +196,8 @@ class MemoryFold(BulkFold):
             return list(self.hidden.values())
         if table == PATTERNS.name:
             return list(self.patterns.values())
+        if table == COMMUNITIES.name:
+            return list(self.communities.values())
         if table == FORGOTTEN.name:
             return list(self.forgotten)
         raise KeyError(table)

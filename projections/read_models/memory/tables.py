@@ -94,9 +94,12 @@ ENTITIES = Table(
         ("merged_into", "text"),
         ("created_at", "timestamptz NOT NULL"),
         ("importance", "real NOT NULL DEFAULT 0.5"),  # ADR-0019: ImportanceAssessed
+        # ADR-0022: ProfileRefreshed (profile_text's author and the memory time it was made)
+        ("profile_method", "text"),
+        ("profile_refreshed_at", "timestamptz"),
     ),
     primary_key=("agent_id", "entity_key"),
-    added=("importance",),
+    added=("importance", "profile_method", "profile_refreshed_at"),
 )
 
 ALIASES = Table(
@@ -198,12 +201,35 @@ FACT_USAGE = Table(
         ("importance", "real"),
         ("times_retrieved", "integer NOT NULL DEFAULT 0"),
         ("last_retrieved_at", "timestamptz"),
+        # ADR-0022: FactVitalityAssessed (NULL = never assessed)
+        ("vitality", "real"),
+        ("low_vitality", "boolean NOT NULL DEFAULT false"),
     ),
     primary_key=("agent_id", "fact_id"),
+    added=("vitality", "low_vitality"),
+)
+
+# Communities of the entity graph (ADR-0022, ``CommunityDetected``/``CommunityDissolved``);
+# the planner finds a seed's community by ``members && ARRAY[seed]`` (GIN).
+COMMUNITIES = Table(
+    "mem_communities",
+    columns=(
+        ("agent_id", "text NOT NULL"),
+        ("community_id", "text NOT NULL"),
+        ("members", "text[] NOT NULL"),
+        ("label", "text NOT NULL"),
+        ("method", "text NOT NULL"),
+        ("detected_at", "timestamptz NOT NULL"),
+    ),
+    primary_key=("agent_id", "community_id"),
+    indexes=(
+        "CREATE INDEX IF NOT EXISTS mem_communities_members ON mem_communities "
+        "USING gin (members)",
+    ),
 )
 
 TABLES = (AGENTS, FACTS, FACT_USAGE, PATTERNS, ENTITIES, ALIASES, RELATIONSHIPS, FACT_ENTITIES, REJECTIONS,
-          HIDDEN_MESSAGES, FORGOTTEN)
+          HIDDEN_MESSAGES, FORGOTTEN, COMMUNITIES)
 
 def fact_values(row: FactRow) -> dict[str, Any]:
     """Column values of one ``mem_facts`` row (jsonb adapted), keyed by column."""
@@ -242,6 +268,11 @@ def hidden_message_rows(
     """Rows a ``FactRetracted`` adds to ``mem_hidden_messages``: the retracted fact's source
     turns, hidden from the retraction's transaction time on (the first hiding wins)."""
     return [(agent, mid, e.timestamp, e.fact_id) for mid in dict.fromkeys(sources)]
+
+
+def community_row(e: Any) -> tuple[Any, ...]:
+    """The ``mem_communities`` row of a ``CommunityDetected`` (columns in order)."""
+    return (e.agent_id, e.community_id, list(e.members), e.label, e.method, e.timestamp)
 
 
 def pattern_row(e: Any) -> tuple[Any, ...]:

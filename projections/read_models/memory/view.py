@@ -22,6 +22,7 @@ from engramdb.projections.read_model import ReadModelView, jsonb
 from engramdb.projections.read_models.memory.tables import (
     FACTS,
     TABLES,
+    community_row,
     fact_values,
     hidden_message_rows,
     merge_relationship_rows,
@@ -308,6 +309,42 @@ class MemoryView(ReadModelView):
     def _pattern_retired(self, curs: Any, e: AgentJobs.PatternRetired) -> None:
         curs.execute("DELETE FROM mem_patterns WHERE agent_id = %s AND pattern_id = %s",
                      (e.agent_id, e.pattern_id))
+
+    @handles(AgentJobs.FactVitalityAssessed)
+    def _vitality_assessed(self, curs: Any, e: AgentJobs.FactVitalityAssessed) -> None:
+        ids, low = list(e.facts), set(e.low)
+        curs.execute(
+            "INSERT INTO mem_fact_usage AS g (agent_id, fact_id, vitality, low_vitality) "
+            "SELECT f.agent_id, f.fact_id, u.v, u.l "
+            "FROM unnest(%s::text[], %s::real[], %s::boolean[]) AS u(fid, v, l) "
+            "JOIN mem_facts f ON f.agent_id = %s AND f.fact_id = u.fid "
+            "ON CONFLICT (agent_id, fact_id) DO UPDATE SET vitality = EXCLUDED.vitality, "
+            "low_vitality = EXCLUDED.low_vitality",
+            (ids, [float(e.facts[i]) for i in ids], [i in low for i in ids], e.agent_id),
+        )
+
+    @handles(AgentJobs.CommunityDetected)
+    def _community_detected(self, curs: Any, e: AgentJobs.CommunityDetected) -> None:
+        curs.execute(
+            "INSERT INTO mem_communities (agent_id, community_id, members, label, method, "
+            "detected_at) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (agent_id, community_id) "
+            "DO UPDATE SET members = EXCLUDED.members, label = EXCLUDED.label, "
+            "method = EXCLUDED.method, detected_at = EXCLUDED.detected_at",
+            community_row(e),
+        )
+
+    @handles(AgentJobs.CommunityDissolved)
+    def _community_dissolved(self, curs: Any, e: AgentJobs.CommunityDissolved) -> None:
+        curs.execute("DELETE FROM mem_communities WHERE agent_id = %s AND community_id = %s",
+                     (e.agent_id, e.community_id))
+
+    @handles(AgentJobs.ProfileRefreshed)
+    def _profile_refreshed(self, curs: Any, e: AgentJobs.ProfileRefreshed) -> None:
+        curs.execute(
+            "UPDATE mem_entities SET profile_text = %s, profile_method = %s, "
+            "profile_refreshed_at = %s WHERE agent_id = %s AND entity_key = %s",
+            (e.text, e.method, e.reference_time, e.agent_id, e.entity_key),
+        )
 
     @handles(AgentMemory.DecisionRejected)
     def _decision_rejected(self, curs: Any, e: AgentMemory.DecisionRejected) -> None:

@@ -35,6 +35,7 @@ class FactRow:
     valid_from: datetime
     source_message_ids: list[str]
     cosine: float | None
+    low_vitality: bool = False  # flagged by the vitality job (ADR-0022)
 
 
 def hydrate_facts(conn: Any, agent_id: str, ids: list[str], qvec: str | None) -> dict[str, FactRow]:
@@ -50,7 +51,8 @@ def hydrate_facts(conn: Any, agent_id: str, ids: list[str], qvec: str | None) ->
                f.valid_from,
                f.source_message_id, f.source_message_ids,
                CASE WHEN f.embedding IS NULL OR %(q)s::vector IS NULL THEN NULL
-                    ELSE 1 - (f.embedding <=> %(q)s::vector) END
+                    ELSE 1 - (f.embedding <=> %(q)s::vector) END,
+               coalesce(u.low_vitality, false)
           FROM mem_facts f
           LEFT JOIN mem_entities e ON e.agent_id = f.agent_id AND e.entity_key = f.entity_key
           LEFT JOIN mem_fact_usage u ON u.agent_id = f.agent_id AND u.fact_id = f.fact_id
@@ -59,10 +61,10 @@ def hydrate_facts(conn: Any, agent_id: str, ids: list[str], qvec: str | None) ->
         {"a": agent_id, "ids": ids, "q": qvec},
     ).fetchall()
     out: dict[str, FactRow] = {}
-    for fid, ekey, ename, text, conf, imp, rc, vfrom, src, srcs, cos in rows:
+    for fid, ekey, ename, text, conf, imp, rc, vfrom, src, srcs, cos, low in rows:
         sources = list(srcs or [])
         if src and src not in sources:
             sources.insert(0, src)
         out[fid] = FactRow(fid, ekey, ename, text, float(conf), float(imp), int(rc), vfrom, sources,
-                           None if cos is None else float(cos))
+                           None if cos is None else float(cos), bool(low))
     return out
