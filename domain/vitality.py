@@ -20,7 +20,8 @@ WEIGHTS = {"recency": 0.4, "confirmation": 0.3, "importance": 0.3}
 
 
 def bucket_of(score: float) -> int:
-    return int(round(float(score), 3) / BUCKET)
+    """In integer milli-units (0.15 / 0.05 is 2.999... in floating point)."""
+    return round(float(score) * 1000) // round(BUCKET * 1000)
 
 
 def _recency(clock: datetime, when: datetime | None, half_life: float) -> float:

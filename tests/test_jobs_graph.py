@@ -186,3 +186,23 @@ def test_vitality_flags_stale_facts_never_deletes_and_shows_in_history(memory: M
         agent, query, config_overrides={"low_vitality_weight": 0.5}).facts}
     assert "f-old" in base and weighted["f-old"] == pytest.approx(base["f-old"] * 0.5, abs=2e-6)
     assert weighted["f-new"] == base["f-new"]
+
+
+def test_new_job_state_loads_from_a_snapshot_taken_before_it_existed() -> None:
+    """ADR-0022 state is created on first use: an ADR-0019 snapshot (no such attribute)
+    still loads, and the aggregate goes on idempotently from it."""
+    from eventsourcing.domain import Snapshot
+
+    from engramdb.domain.jobs import AgentJobs
+
+    jobs = AgentJobs(agent_id="a")
+    jobs.assess_importance("t", {"f1": 0.6}, {}, NOW)
+    snapshot = Snapshot.take(jobs)
+    assert "communities" not in snapshot.state and "vitality" not in snapshot.state
+    loaded: Any = snapshot.mutate(None)
+    assert loaded.state_of("communities") == {} and loaded.fact_importance == {"f1": 0.6}
+    assert loaded.detect_community("c1", ["person:b", "person:a"], "A and B", "t")
+    assert not loaded.detect_community("c1", ["person:a", "person:b"], "A and B", "t")
+    assert loaded.assess_vitality("t", {"f1": 0.21}, {"f1"}, NOW)
+    assert not loaded.assess_vitality("t", {"f1": 0.22}, {"f1"}, NOW)  # same bucket
+    assert loaded.assess_vitality("t", {"f1": 0.31}, set(), NOW)  # flag and bucket changed
