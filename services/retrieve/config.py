@@ -92,6 +92,12 @@ class RetrieveConfig(BaseModel):
     rrf_weights: dict[str, float] = Field(
         default_factory=lambda: dict(DEFAULT_RRF_WEIGHTS), description="(engramdb) per ranked list"
     )
+    diversity_penalty: float = Field(default=0.0, ge=0.0, le=1.0,
+        description="(engramdb) rank fusion: each unit from a day already shown above scores "
+        "x(1-penalty) per such unit (ADR-0021); 0 = off")
+    decompose: bool = Field(default=False,
+        description="(engramdb) rank fusion: a question naming two people or joining two questions "
+        "is also asked as its parts, fused by RRF (ADR-0021)")
     recency_half_life_days: float = Field(default=14.0, gt=0.0, le=36_500.0)
     confidence_half_life_days: float = Field(default=180.0, gt=0.0, le=36_500.0, description="(engramdb)")
     confidence_decay_floor: float = Field(default=0.80, ge=0.0, le=1.0, description="(engramdb) confidence never decays below this share"

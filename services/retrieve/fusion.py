@@ -18,7 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC
 
+from engramdb.services.retrieve.diversity import diversify
 from engramdb.services.retrieve.rank import Candidate, EventCandidate
 
 FACT = "fact"
@@ -86,11 +88,14 @@ def fuse_candidates(
     k: float,
     facts: Sequence[Candidate],
     events: Sequence[EventCandidate],
+    diversity_penalty: float = 0.0,
 ) -> tuple[list[Candidate], list[EventCandidate], dict[str, int]]:
     """The fused order applied to the candidates: each gets its normalised RRF score as
     ``formula`` and ``final`` (so the optional reranker blends into it as it does into the
     spec's formula) and ``scores["rrf"]``; units in no list are dropped, repeats removed.
-    Returns facts and turns best first, and how many units fusion dropped as repeats."""
+    ``diversity_penalty`` > 0 discounts units from a day already shown above
+    (``diversity.diversify``). Returns facts and turns best first, and how many units fusion
+    dropped as repeats."""
     by_fact = {c.fact_id: c for c in facts}
     by_event = {e.message_id: e for e in events}
     present = {
@@ -100,10 +105,14 @@ def fuse_candidates(
     fused = reciprocal_rank_fusion(present, weights, k)
     kept = without_repeats(fused, {c.fact_id: c.row.source_message_ids for c in facts})
     scale = best_possible(weights, [name for name, (_, ids) in present.items() if ids], k)
+    keys = [(by_fact[u.unit_id].row.valid_from if u.kind == FACT else by_event[u.unit_id].occurred_at)
+            for u in kept]
+    placed = diversify(kept, [u.score for u in kept],
+                       [None if when is None else when.astimezone(UTC).date() for when in keys], diversity_penalty)
     out_facts: list[Candidate] = []
     out_events: list[EventCandidate] = []
-    for unit in kept:
-        score = round(unit.score / scale, 9)
+    for unit, raw in placed:
+        score = round(raw / scale, 9)
         ranks = {f"rank_{name}": float(rank) for name, rank in unit.ranks.items()}
         if unit.kind == FACT:
             cand = by_fact[unit.unit_id]

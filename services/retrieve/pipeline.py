@@ -8,6 +8,10 @@ messages run beside them on database workers (``workers``: why that cannot deadl
 on the request's connection after them. On 2 cores more connections only time-slice. The
 whole call is synchronous and thread-safe; async callers use ``asyncio.to_thread``.
 
+Why this module is long: the orchestration (which stage runs where, on which connection) is
+one sequence that reads best in one place; the pure parts live in ``stages``, ``fusion``,
+``diversity`` and ``decompose``.
+
 ``retrieve`` is a sequence of named stage methods, each timed into ``result.trace`` through
 ``trace.Trace``; the stages that touch neither the pool nor the workers live in ``stages``.
 
@@ -30,6 +34,7 @@ from engramdb.domain.time_range import check_instant
 from engramdb.infra.pgsql import vector_literal
 from engramdb.services.retrieve import enhance, signals
 from engramdb.services.retrieve.config import RetrieveConfig
+from engramdb.services.retrieve.decompose import fuse_runs, sub_queries
 from engramdb.services.retrieve.fusion import FACT, fuse_candidates
 from engramdb.services.retrieve.models import (
     RetrievalPlan,
@@ -166,6 +171,8 @@ class Retriever:
         events, event_rows = self._events(call, f_events, anchor)
         if cfg.ranking == "rrf":
             ranked, events = self._fuse(call, ranked, events)
+            if cfg.decompose:
+                ranked, events = self._decomposed(call, ranked, events)
         with trace.stage("rerank"):
             ranked, events, rerank_trace = rerank_candidates(self.llm, q, ranked, events, cfg)
             trace.note(reranker=rerank_trace)
@@ -384,9 +391,31 @@ class Retriever:
         linked.sort(key=lambda c: (-max(c.signals.get("graph", 0.0), c.signals.get("spreading", 0.0)), c.fact_id))
         call.lists["fact_graph"] = (FACT, [c.fact_id for c in linked])
         with call.trace.stage("fuse"):
-            ranked, events, counts = fuse_candidates(call.lists, call.cfg.rrf_weights, call.cfg.rrf_k, ranked, events)
+            ranked, events, counts = fuse_candidates(call.lists, call.cfg.rrf_weights, call.cfg.rrf_k, ranked, events,
+                                                     call.cfg.diversity_penalty)
         call.trace.count(**counts)
         return ranked, events
+
+    def _decomposed(
+        self, call: Call, ranked: list[Candidate], events: list[EventCandidate]
+    ) -> tuple[list[Candidate], list[EventCandidate]]:
+        """Lever (b) of ADR-0021: the question's parts, each through the same stages, fused
+        with the whole question's ranking by RRF (``decompose``)."""
+        parts = sub_queries(call.query)
+        call.trace.note(sub_queries=parts)
+        if not parts:
+            return ranked, events
+        runs: list[tuple[list[Candidate], list[EventCandidate]]] = [(ranked, events)]
+        with call.trace.stage("decompose"):
+            for part in parts:
+                sub = self._prepare(call.agent_id, part, call.cfg, call.as_of, analyze_query(part),
+                                    Trace(part, part), time.perf_counter())
+                with self.pool.connection() as conn:
+                    _, anchor, sub_ranked, _, f_events = self._fact_stages(sub, conn)
+                sub_events, _ = self._events(sub, f_events, anchor)
+                runs.append(self._fuse(sub, sub_ranked, sub_events))
+            facts, evs = fuse_runs(runs, call.cfg.rrf_k)
+        return facts, evs
 
     def _patterns(self, call: Call, facts: list[ScoredFact], events: list[ScoredEvent]) -> list[ScoredPattern]:
         patterns: list[ScoredPattern] = []

@@ -1,0 +1,58 @@
+"""Diversity across sources in the fused ranking (issue 9 lever (a), ADR-0021).
+
+Why: a question whose evidence lies in several conversations ("what do X and Y have in
+common?", "how did X's plans change?") loses its second half when the top k fills with
+near-duplicates from one day's talk. After fusion, each unit's score is multiplied by
+``(1 - penalty) ** n`` where ``n`` counts the units of the same source already placed above
+it (greedy, so the output stays sorted by the score it carries: a penalised unit can never
+sit above a higher score). The source is the calendar day (UTC) a fact became valid or a turn
+was said: facts and turns of one conversation share it without a lookup, and it needs no
+session bookkeeping from the writer. ``penalty = 0`` is the identity. Pure, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Hashable, Sequence
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def diversify(
+    units: Sequence[T], scores: Sequence[float], keys: Sequence[Hashable | None], penalty: float
+) -> list[tuple[T, float]]:
+    """``units`` best first with their ``scores`` (non-increasing) and source ``keys`` (None:
+    unknown, never penalised). Returns (unit, new score) best first. O(n · sources)."""
+    if not 0.0 <= penalty <= 1.0:
+        raise ValueError(f"penalty must be within [0, 1], got {penalty}")
+    if penalty == 0.0 or not units:
+        return list(zip(units, scores, strict=True))
+    factor = 1.0 - penalty
+    queues: dict[Hashable, deque[int]] = {}
+    order: list[Hashable] = []  # first appearance: deterministic tie-break
+    for i, key in enumerate(keys):
+        group: Hashable = ("__unkeyed__", i) if key is None else key
+        if group not in queues:
+            queues[group] = deque()
+            order.append(group)
+        queues[group].append(i)
+    placed = {group: 0 for group in order}
+    out: list[tuple[T, float]] = []
+    while len(out) < len(units):
+        best_group: Hashable | None = None
+        best_value = -1.0
+        best_index = len(units)
+        for group in order:
+            queue = queues[group]
+            if not queue:
+                continue
+            value = scores[queue[0]] * factor ** placed[group]
+            # higher value first; on a tie, the unit fusion ranked higher
+            if value > best_value or (value == best_value and queue[0] < best_index):
+                best_group, best_value, best_index = group, value, queue[0]
+        assert best_group is not None
+        queues[best_group].popleft()
+        placed[best_group] += 1
+        out.append((units[best_index], best_value))
+    return out
