@@ -5,6 +5,8 @@ retrieve tests)."""
 # ruff: noqa: F811  (pytest fixtures imported from test_retrieve_support)
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 from test_retrieve_support import (  # noqa: F401  (fixtures)
     MARCOS,
     T0,
@@ -73,3 +75,33 @@ def test_same_query_same_memory_same_answer(retriever: Retriever, store: Store, 
     shapes = {(tuple((f.fact_id, f.score) for f in r.facts), tuple((e.message_id, e.score) for e in r.events))
               for r in runs}
     assert len(shapes) == 1 and runs[0].facts
+
+
+def test_time_boost_lifts_the_turn_said_in_the_named_month(retriever: Retriever, store: Store, agent_id: str) -> None:
+    """ADR-0021 lever (c): the query names a month; the turn said then outranks a closer
+    wording said another month, only with ``time_boost`` on."""
+    march = datetime(2024, 3, 12, tzinfo=UTC)
+    store.message(agent_id, "m_july", "Ana cooked a big paella dinner for friends", march + timedelta(days=120))
+    store.message(agent_id, "m_march", "Ana cooked dinner", march)
+    query = "What did Ana cook for dinner with friends in March 2024?"
+    off = retriever.retrieve(agent_id, query)
+    on = retriever.retrieve(agent_id, query, config_overrides={"time_boost": 1.0})
+    assert [e.message_id for e in off.events][:1] == ["m_july"]
+    assert [e.message_id for e in on.events][:1] == ["m_march"]
+    assert on.trace["time_windows"] and "time_windows" not in off.trace
+
+
+def test_decompose_asks_the_parts_and_keeps_scores_in_range(
+    retriever: Retriever, store: Store, agent_id: str
+) -> None:
+    """ADR-0021 lever (b): a question about two people is also asked once per person."""
+    store.message(agent_id, "m_ana", "Ana loves climbing on weekends", T0, speaker="Ana")
+    store.message(agent_id, "m_bruno", "Bruno loves chess tournaments", T0 - timedelta(days=30), speaker="Bruno")
+    query = "What do Ana and Bruno both love?"
+    result = retriever.retrieve(agent_id, query, config_overrides={"decompose": True, "diversity_penalty": 0.3})
+    assert result.trace["sub_queries"] == ["What do Ana love?", "What do Bruno love?"]
+    assert "decompose" in result.trace["timings_ms"]
+    assert {"m_ana", "m_bruno"} <= {e.message_id for e in result.events}
+    assert all(0.0 < e.score <= 1.0 for e in result.events)
+    plain = retriever.retrieve(agent_id, query)
+    assert "decompose" not in plain.trace["timings_ms"]

@@ -22,6 +22,7 @@ from datetime import UTC
 
 from engramdb.services.retrieve.diversity import diversify
 from engramdb.services.retrieve.rank import Candidate, EventCandidate
+from engramdb.services.retrieve.timeexpr import Window, in_windows
 
 FACT = "fact"
 EVENT = "event"
@@ -89,12 +90,15 @@ def fuse_candidates(
     facts: Sequence[Candidate],
     events: Sequence[EventCandidate],
     diversity_penalty: float = 0.0,
+    time_windows: Sequence[Window] = (),
+    time_boost: float = 0.0,
 ) -> tuple[list[Candidate], list[EventCandidate], dict[str, int]]:
     """The fused order applied to the candidates: each gets its normalised RRF score as
     ``formula`` and ``final`` (so the optional reranker blends into it as it does into the
     spec's formula) and ``scores["rrf"]``; units in no list are dropped, repeats removed.
-    ``diversity_penalty`` > 0 discounts units from a day already shown above
-    (``diversity.diversify``). Returns facts and turns best first, and how many units fusion
+    ``time_boost`` > 0 multiplies by ``1 + time_boost`` the score of units dated inside one of
+    the query's ``time_windows`` (``timeexpr``); then ``diversity_penalty`` > 0 discounts
+    units from a day already shown above (``diversity.diversify``). Returns facts and turns best first, and how many units fusion
     dropped as repeats."""
     by_fact = {c.fact_id: c for c in facts}
     by_event = {e.message_id: e for e in events}
@@ -105,14 +109,20 @@ def fuse_candidates(
     fused = reciprocal_rank_fusion(present, weights, k)
     kept = without_repeats(fused, {c.fact_id: c.row.source_message_ids for c in facts})
     scale = best_possible(weights, [name for name, (_, ids) in present.items() if ids], k)
-    keys = [(by_fact[u.unit_id].row.valid_from if u.kind == FACT else by_event[u.unit_id].occurred_at)
+    when = [(by_fact[u.unit_id].row.valid_from if u.kind == FACT else by_event[u.unit_id].occurred_at)
             for u in kept]
-    placed = diversify(kept, [u.score for u in kept],
-                       [None if when is None else when.astimezone(UTC).date() for when in keys], diversity_penalty)
+    raw = [u.score for u in kept]
+    if time_boost > 0.0 and time_windows:
+        raw = [s * (1.0 + time_boost) if in_windows(time_windows, w) else s for s, w in zip(raw, when, strict=True)]
+        scale *= 1.0 + time_boost
+        order = sorted(range(len(kept)), key=lambda i: (-raw[i], i))
+        kept, raw, when = [kept[i] for i in order], [raw[i] for i in order], [when[i] for i in order]
+    placed = diversify(kept, raw, [None if w is None else w.astimezone(UTC).date() for w in when],
+                       diversity_penalty)
     out_facts: list[Candidate] = []
     out_events: list[EventCandidate] = []
-    for unit, raw in placed:
-        score = round(raw / scale, 9)
+    for unit, value in placed:
+        score = round(value / scale, 9)
         ranks = {f"rank_{name}": float(rank) for name, rank in unit.ranks.items()}
         if unit.kind == FACT:
             cand = by_fact[unit.unit_id]

@@ -62,6 +62,7 @@ from engramdb.services.retrieve.stages import (
     rerank_candidates,
     select,
 )
+from engramdb.services.retrieve.timeexpr import time_windows
 from engramdb.services.retrieve.trace import Trace, ms
 from engramdb.services.retrieve.workers import Workers, done
 
@@ -170,9 +171,9 @@ class Retriever:
             plan, anchor, ranked, n_fact_candidates, f_events = self._fact_stages(call, conn)
         events, event_rows = self._events(call, f_events, anchor)
         if cfg.ranking == "rrf":
-            ranked, events = self._fuse(call, ranked, events)
+            ranked, events = self._fuse(call, ranked, events, anchor)
             if cfg.decompose:
-                ranked, events = self._decomposed(call, ranked, events)
+                ranked, events = self._decomposed(call, ranked, events, anchor)
         with trace.stage("rerank"):
             ranked, events, rerank_trace = rerank_candidates(self.llm, q, ranked, events, cfg)
             trace.note(reranker=rerank_trace)
@@ -383,21 +384,26 @@ class Retriever:
         return rank_events(event_rows, event_signals, call.cfg, call.floor, anchor), event_rows
 
     def _fuse(
-        self, call: Call, ranked: list[Candidate], events: list[EventCandidate]
+        self, call: Call, ranked: list[Candidate], events: list[EventCandidate], anchor: datetime
     ) -> tuple[list[Candidate], list[EventCandidate]]:
-        """Facts and turns in one reciprocal-rank fusion of the signals' rankings (ADR-0009)."""
+        """Facts and turns in one reciprocal-rank fusion of the signals' rankings (ADR-0009),
+        then the time and diversity levers when switched on (ADR-0021)."""
+        cfg = call.cfg
+        windows = time_windows(call.query, anchor) if cfg.time_boost > 0.0 else []
+        if windows:
+            call.trace.note(time_windows=[str(w) for w in windows])
         call.lists["fact_formula"] = (FACT, [c.fact_id for c in ranked])
         linked = [c for c in ranked if max(c.signals.get("graph", 0.0), c.signals.get("spreading", 0.0)) > 0.0]
         linked.sort(key=lambda c: (-max(c.signals.get("graph", 0.0), c.signals.get("spreading", 0.0)), c.fact_id))
         call.lists["fact_graph"] = (FACT, [c.fact_id for c in linked])
         with call.trace.stage("fuse"):
-            ranked, events, counts = fuse_candidates(call.lists, call.cfg.rrf_weights, call.cfg.rrf_k, ranked, events,
-                                                     call.cfg.diversity_penalty)
+            ranked, events, counts = fuse_candidates(call.lists, cfg.rrf_weights, cfg.rrf_k, ranked, events,
+                                                     cfg.diversity_penalty, windows, cfg.time_boost)
         call.trace.count(**counts)
         return ranked, events
 
     def _decomposed(
-        self, call: Call, ranked: list[Candidate], events: list[EventCandidate]
+        self, call: Call, ranked: list[Candidate], events: list[EventCandidate], anchor: datetime
     ) -> tuple[list[Candidate], list[EventCandidate]]:
         """Lever (b) of ADR-0021: the question's parts, each through the same stages, fused
         with the whole question's ranking by RRF (``decompose``)."""
@@ -411,9 +417,9 @@ class Retriever:
                 sub = self._prepare(call.agent_id, part, call.cfg, call.as_of, analyze_query(part),
                                     Trace(part, part), time.perf_counter())
                 with self.pool.connection() as conn:
-                    _, anchor, sub_ranked, _, f_events = self._fact_stages(sub, conn)
-                sub_events, _ = self._events(sub, f_events, anchor)
-                runs.append(self._fuse(sub, sub_ranked, sub_events))
+                    _, sub_anchor, sub_ranked, _, f_events = self._fact_stages(sub, conn)
+                sub_events, _ = self._events(sub, f_events, sub_anchor)
+                runs.append(self._fuse(sub, sub_ranked, sub_events, sub_anchor))
             facts, evs = fuse_runs(runs, call.cfg.rrf_k)
         return facts, evs
 
