@@ -2,6 +2,7 @@
 
     python -m bench.retrieve_latency [--sizes 1000,10000,100000] [--queries 200]
                                      [--fillers 20] [--database-url URL] [--keep]
+                                     [--overrides JSON]  (a config variant beside the default)
 
 Synthetic but shaped like real memory: 384-d unit vectors drawn around topic centroids (so
 a query has genuinely similar facts above ``min_similarity``), fact text made of a subject
@@ -284,6 +285,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="Retriever(exact_search_rows=…): exact kNN for agents with at most this many rows"
         " (default: the Retriever's own default)",
     )
+    ap.add_argument(
+        "--overrides",
+        type=json.loads,
+        default=None,
+        metavar="JSON",
+        help="also measure the default Retriever with these retrieve config_overrides, in the same"
+        " run (e.g. '{\"diversity_penalty\": 0.3}')",
+    )
     ap.add_argument("--dump", help="write every result's (id, score) lists to this JSON file")
     ap.add_argument("--skip-embedder", action="store_true", help="do not time the offline embedder")
     ap.add_argument(
@@ -325,6 +334,11 @@ def measure(url: str, schema: str, keep: bool, args: argparse.Namespace, sizes: 
             "current": Retriever(pool, embedder, config=None, worker_pool=workers, **(
                 {} if args.exact_rows is None else {"exact_search_rows": args.exact_rows}))
         }
+        if args.overrides:  # a lever against the default, same data, interleaved runs
+            from engramdb.services.retrieve.config import RetrieveConfig
+
+            contenders["overrides"] = Retriever(
+                pool, embedder, config=RetrieveConfig().with_overrides(args.overrides), worker_pool=workers)
         if args.compare:  # e.g. a copy of the previous implementation, measured in the same run
             module = importlib.import_module(args.compare)
             contenders[args.compare] = module.Retriever(pool, embedder, config=None)

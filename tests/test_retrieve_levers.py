@@ -12,6 +12,7 @@ from engramdb.services.retrieve.config import RetrieveConfig
 from engramdb.services.retrieve.decompose import MAX_PARTS, fuse_runs, sub_queries
 from engramdb.services.retrieve.diversity import diversify
 from engramdb.services.retrieve.fusion import EVENT, FACT, fuse_candidates
+from engramdb.services.retrieve.hedges import without_hedges
 from engramdb.services.retrieve.rank import Candidate, EventCandidate
 from engramdb.services.retrieve.signals import FactRow
 from engramdb.services.retrieve.timeexpr import Window, in_windows, time_windows
@@ -171,3 +172,22 @@ def test_fuse_candidates_time_boost_lifts_units_in_the_window_and_keeps_scores_i
     boosted, _, _ = fuse_candidates(lists, {"fact_semantic": 1.0}, 5, facts, [], 0.0, windows, 1.0)
     assert [c.fact_id for c in boosted] == ["f_may", "f_june"]
     assert all(0.0 < c.final <= 1.0 for c in boosted)
+
+
+# ----------------------------------------------------------------------------- hedge words
+
+
+@pytest.mark.parametrize(
+    ("query", "kept"),
+    [
+        ("Would Caroline likely have Dr. Seuss books on her bookshelf?", "Caroline have Dr. Seuss books on her bookshelf?"),
+        ("What might John's financial status be?", "What John's financial status be?"),
+        ("Would Melanie be considered an ally?", "Melanie be an ally?"),
+        ("A Ana seria provavelmente considerada vegetariana?", "A Ana vegetariana?"),
+        ("What did she do in May 2023?", "What did she do in May 2023?"),
+        ("would likely?", "would likely?"),  # nothing left: the query as it was
+    ],
+)
+def test_without_hedges(query: str, kept: str) -> None:
+    assert without_hedges(query) == kept
+    assert RetrieveConfig().drop_hedges is False

@@ -9,6 +9,7 @@ from typing import Any
 
 from engramdb.services.retrieve import signals
 from engramdb.services.retrieve.fusion import EVENT, FACT
+from engramdb.services.retrieve.hedges import without_hedges
 from engramdb.services.retrieve.stages import Call
 
 
@@ -18,9 +19,14 @@ def _normalised(found: list[tuple[str, float]]) -> list[tuple[str, float]]:
     return [(i, score / top if top > 0 else 0.0) for i, score in found]
 
 
+def keyword_query(call: Call) -> str:
+    """The text BM25 scores: the query, without hedge words when ``drop_hedges`` (ADR-0021)."""
+    return without_hedges(call.query) if call.cfg.drop_hedges else call.query
+
+
 def bm25_fact_signal(conn: Any, call: Call) -> list[tuple[str, float]]:
     """Facts by BM25 over their subject and text (``fact_keyword``), as keyword signals."""
-    found = signals.bm25_facts(conn, call.agent_id, call.query, call.as_of, call.cfg.min_confidence,
+    found = signals.bm25_facts(conn, call.agent_id, keyword_query(call), call.as_of, call.cfg.min_confidence,
                                call.cfg.candidate_pool)
     call.lists["fact_keyword"] = (FACT, [fid for fid, _ in found])
     return _normalised(found)
@@ -36,7 +42,7 @@ def message_signals(
     by_cosine = sorted(((mid, s["cosine"]) for mid, s in sig.items() if "cosine" in s),
                        key=lambda t: (-t[1], t[0]))
     call.lists["message_semantic"] = (EVENT, [mid for mid, _ in by_cosine])
-    found = signals.bm25_messages(conn, call.agent_id, call.query, call.as_of, call.cfg.candidate_pool)
+    found = signals.bm25_messages(conn, call.agent_id, keyword_query(call), call.as_of, call.cfg.candidate_pool)
     call.lists["message_keyword"] = (EVENT, [mid for mid, _ in found])
     known = {row[0] for row in rows}
     rows = rows + signals.message_rows(conn, call.agent_id, [m for m, _ in found if m not in known], qvec)
