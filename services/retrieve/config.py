@@ -94,7 +94,9 @@ class RetrieveConfig(BaseModel):
     )
     diversity_penalty: float = Field(default=0.0, ge=0.0, le=1.0,
         description="(engramdb) rank fusion: each unit from a day already shown above scores "
-        "x(1-penalty) per such unit (ADR-0021); 0 = off")
+        "x(1-penalty) per such unit beyond the first diversity_free (ADR-0021); 0 = off")
+    diversity_free: int = Field(default=1, ge=1, le=100,
+        description="(engramdb) units of one day placed before diversity_penalty applies")
     decompose: bool = Field(default=False,
         description="(engramdb) rank fusion: a question naming two people or joining two questions "
         "is also asked as its parts, fused by RRF (ADR-0021)")

@@ -4,7 +4,7 @@ Why: a question whose evidence lies in several conversations ("what do X and Y h
 common?", "how did X's plans change?") loses its second half when the top k fills with
 near-duplicates from one day's talk. After fusion, each unit's score is multiplied by
 ``(1 - penalty) ** n`` where ``n`` counts the units of the same source already placed above
-it (greedy, so the output stays sorted by the score it carries: a penalised unit can never
+it beyond the first ``free`` (greedy, so the output stays sorted by the score it carries: a penalised unit can never
 sit above a higher score). The source is the calendar day (UTC) a fact became valid or a turn
 was said: facts and turns of one conversation share it without a lookup, and it needs no
 session bookkeeping from the writer. ``penalty = 0`` is the identity. Pure, no I/O.
@@ -20,10 +20,14 @@ T = TypeVar("T")
 
 
 def diversify(
-    units: Sequence[T], scores: Sequence[float], keys: Sequence[Hashable | None], penalty: float
+    units: Sequence[T], scores: Sequence[float], keys: Sequence[Hashable | None], penalty: float,
+    free: int = 1,
 ) -> list[tuple[T, float]]:
     """``units`` best first with their ``scores`` (non-increasing) and source ``keys`` (None:
-    unknown, never penalised). Returns (unit, new score) best first. O(n · sources)."""
+    unknown, never penalised); the first ``free`` units of a source are not discounted.
+    Returns (unit, new score) best first. O(n · sources)."""
+    if free < 1:
+        raise ValueError(f"free must be at least 1, got {free}")
     if not 0.0 <= penalty <= 1.0:
         raise ValueError(f"penalty must be within [0, 1], got {penalty}")
     if penalty == 0.0 or not units:
@@ -47,7 +51,7 @@ def diversify(
             queue = queues[group]
             if not queue:
                 continue
-            value = scores[queue[0]] * factor ** placed[group]
+            value = scores[queue[0]] * factor ** max(0, placed[group] + 1 - free)
             # higher value first; on a tie, the unit fusion ranked higher
             if value > best_value or (value == best_value and queue[0] < best_index):
                 best_group, best_value, best_index = group, value, queue[0]

@@ -398,7 +398,8 @@ class Retriever:
         call.lists["fact_graph"] = (FACT, [c.fact_id for c in linked])
         with call.trace.stage("fuse"):
             ranked, events, counts = fuse_candidates(call.lists, cfg.rrf_weights, cfg.rrf_k, ranked, events,
-                                                     cfg.diversity_penalty, windows, cfg.time_boost)
+                                                     cfg.diversity_penalty, windows, cfg.time_boost,
+                                                     cfg.diversity_free)
         call.trace.count(**counts)
         return ranked, events
 
