@@ -79,13 +79,13 @@ def test_same_query_same_memory_same_answer(retriever: Retriever, store: Store, 
 
 def test_time_boost_lifts_the_turn_said_in_the_named_month(retriever: Retriever, store: Store, agent_id: str) -> None:
     """ADR-0021 lever (c): the query names a month; the turn said then outranks a closer
-    wording said another month, only with ``time_boost`` on."""
+    wording said another month, only with ``time_boost`` on (the default)."""
     march = datetime(2024, 3, 12, tzinfo=UTC)
     store.message(agent_id, "m_july", "Ana cooked a big paella dinner for friends", march + timedelta(days=120))
     store.message(agent_id, "m_march", "Ana cooked dinner", march)
     query = "What did Ana cook for dinner with friends in March 2024?"
-    off = retriever.retrieve(agent_id, query)
-    on = retriever.retrieve(agent_id, query, config_overrides={"time_boost": 1.0})
+    off = retriever.retrieve(agent_id, query, config_overrides={"time_boost": 0.0})
+    on = retriever.retrieve(agent_id, query)  # on by default (ADR-0021)
     assert [e.message_id for e in off.events][:1] == ["m_july"]
     assert [e.message_id for e in on.events][:1] == ["m_march"]
     assert on.trace["time_windows"] and "time_windows" not in off.trace

@@ -50,6 +50,14 @@ def test_diversify_lifts_a_unit_of_another_day_above_repeats_of_one_day() -> Non
     assert scores == sorted(scores, reverse=True)  # the order a caller sorting by score sees
 
 
+def test_diversify_free_units_of_a_source_are_not_discounted() -> None:
+    placed = diversify(["a", "b", "c", "x"], [1.0, 0.9, 0.8, 0.6], ["d1", "d1", "d1", "d2"], 0.5, free=2)
+    # a, b free; c: 0.8*0.5 = 0.4 < x 0.6
+    assert placed == [("a", 1.0), ("b", 0.9), ("x", 0.6), ("c", 0.4)]
+    with pytest.raises(ValueError, match="free"):
+        diversify(["a"], [1.0], ["d"], 0.5, free=0)
+
+
 def test_diversify_never_penalises_units_of_unknown_source_and_rejects_bad_penalty() -> None:
     placed = diversify(["a", "b"], [1.0, 0.9], [None, None], 0.9)
     assert placed == [("a", 1.0), ("b", 0.9)]
@@ -67,9 +75,10 @@ def test_fuse_candidates_spreads_the_top_over_days_when_asked() -> None:
     assert spread[1].final > spread[2].final
 
 
-def test_config_levers_are_off_by_default_and_bounded() -> None:
-    cfg = RetrieveConfig()
-    assert cfg.diversity_penalty == 0.0 and cfg.decompose is False
+def test_config_levers_defaults_are_the_cross_validated_choice_and_bounded() -> None:
+    cfg = RetrieveConfig()  # ADR-0021: only the time boost earned its place
+    assert cfg.diversity_penalty == 0.0 and cfg.decompose is False and cfg.drop_hedges is False
+    assert cfg.time_boost == 1.0
     with pytest.raises(ValueError):
         cfg.with_overrides({"diversity_penalty": 2})
 

@@ -100,9 +100,9 @@ class RetrieveConfig(BaseModel):
     decompose: bool = Field(default=False,
         description="(engramdb) rank fusion: a question naming two people or joining two questions "
         "is also asked as its parts, fused by RRF (ADR-0021)")
-    time_boost: float = Field(default=0.0, ge=0.0, le=10.0,
+    time_boost: float = Field(default=1.0, ge=0.0, le=10.0,
         description="(engramdb) rank fusion: units dated inside a time the query names ('in May "
-        "2023', 'em 2023', 'last year') score x(1+boost) (ADR-0021); 0 = off")
+        "2023', 'em 2023', 'last year') score x(1+boost) (ADR-0021, chosen by LOCO-CV); 0 = off")
     drop_hedges: bool = Field(default=False,
         description="(engramdb) rank fusion: BM25 ignores hedge words ('would', 'likely', "
         "'considered', 'talvez') of the query (ADR-0021)")
