@@ -103,9 +103,9 @@ class RetrieveConfig(BaseModel):
     time_boost: float = Field(default=1.0, ge=0.0, le=10.0,
         description="(engramdb) rank fusion: units dated inside a time the query names ('in May "
         "2023', 'em 2023', 'last year') score x(1+boost) (ADR-0021, chosen by LOCO-CV); 0 = off")
-    drop_hedges: bool = Field(default=False,
-        description="(engramdb) rank fusion: BM25 ignores hedge words ('would', 'likely', "
-        "'considered', 'talvez') of the query (ADR-0021)")
+    drop_hedges: bool = Field(default=True,
+        description="(engramdb) rank fusion: BM25 ignores hedge words ('would', 'likely', 'considered', "
+        "'talvez') of the query (ADR-0021, chosen by LOCO-CV)")
     recency_half_life_days: float = Field(default=14.0, gt=0.0, le=36_500.0)
     confidence_half_life_days: float = Field(default=180.0, gt=0.0, le=36_500.0, description="(engramdb)")
     confidence_decay_floor: float = Field(default=0.80, ge=0.0, le=1.0, description="(engramdb) confidence never decays below this share"

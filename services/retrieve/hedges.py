@@ -1,4 +1,4 @@
-"""Hedge words out of the keyword query (issue 9 lever (d), ADR-0021).
+"""Hedge words out of the keyword query (issue 9 lever (d), ADR-0021; on by default).
 
 Why: open-domain questions are speculative — "Would Caroline *likely* have Dr. Seuss books?",
 "What *might* John's financial status be?", "*Would* Melanie *be considered* an ally?". The
