@@ -8,6 +8,7 @@ Isolation between tests comes from unique agent ids (``agent_id``) or unique sch
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -39,7 +40,29 @@ def embedded_data_dir() -> Iterator[Path]:
     able to traverse its parents, which pytest's 0700 ``pytest-of-root`` would forbid)."""
     path = Path(tempfile.mkdtemp(prefix="engramdb-test-", dir="/tmp"))
     yield path
+    _stop_servers_under(path)
     shutil.rmtree(path, ignore_errors=True)
+
+
+def _stop_servers_under(path: Path) -> None:
+    """Stop any server still running from ``path`` before it is deleted. A test that opened
+    a second handle on the session servers (e.g. ``Settings(data_dir=embedded_data_dir)``)
+    keeps them claimed past the fixtures' own release; its ``atexit`` release then finds the
+    data dir gone and cannot tell which server was its, so the server would outlive the run."""
+    import psutil
+
+    mine = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info.get("cmdline") or []
+        if any(str(path) in arg for arg in cmdline):
+            mine.append(proc)
+    for proc in mine:
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _gone, alive = psutil.wait_procs(mine, timeout=10)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
 
 
 @pytest.fixture(scope="session")
