@@ -424,6 +424,11 @@ class AgentMemory(Aggregate):
             del self.fingerprints[entry[_FINGERPRINT]]
 
 
+#: ``FactRetracted.reason`` when reprocessing a message ended the fact (ADR-0023): a
+#: replacement by a new extraction of the same turn, so the turn is NOT hidden from retrieval.
+REPROCESSED = "reprocessed"
+
+
 class MessageRecord(Aggregate):
     """One conversation turn, recorded before anything else can fail, and its processing."""
 
@@ -456,6 +461,20 @@ class MessageRecord(Aggregate):
         recorded_at: datetime
         reason: str
         attempts: int
+
+    class Reprocessed(Aggregate.Event):
+        """An already processed message was extracted again (ADR-0023): what the extractor
+        said this time, and which facts of the earlier extraction(s) were ended for it
+        (their ``FactRetracted``, reason ``reprocessed``, is in the agent's log)."""
+
+        generation: int
+        extractor: dict[str, Any]
+        extraction: dict[str, Any]
+        raw_output: str | None
+        error: str | None
+        llm_calls: int
+        decisions: dict[str, int]
+        ended_fact_ids: list[str]
 
     @staticmethod
     def create_id(agent_id: str, message_id: str, **_: Any) -> UUID:  # type: ignore[override]
@@ -537,6 +556,44 @@ class MessageRecord(Aggregate):
         decisions: dict[str, int],
     ) -> None:
         self.processed = True
+        self.extraction = extraction
+
+    @property
+    def generation(self) -> int:
+        """How many times the message was reprocessed (0 for every older record)."""
+        return getattr(self, "reprocessings", 0)
+
+    def reprocessed(
+        self,
+        extractor: dict[str, Any],
+        extraction: dict[str, Any],
+        raw_output: str | None,
+        error: str | None,
+        llm_calls: int,
+        decisions: dict[str, int],
+        ended_fact_ids: list[str],
+    ) -> None:
+        if not self.processed:
+            raise DecisionRejected(f"message {self.message_id!r} was never processed")
+        self._reprocessed(
+            generation=self.generation + 1, extractor=extractor, extraction=extraction,
+            raw_output=raw_output, error=error, llm_calls=llm_calls, decisions=decisions,
+            ended_fact_ids=ended_fact_ids,
+        )
+
+    @event(Reprocessed)
+    def _reprocessed(
+        self,
+        generation: int,
+        extractor: dict[str, Any],
+        extraction: dict[str, Any],
+        raw_output: str | None,
+        error: str | None,
+        llm_calls: int,
+        decisions: dict[str, int],
+        ended_fact_ids: list[str],
+    ) -> None:
+        self.reprocessings = generation
         self.extraction = extraction
 
 

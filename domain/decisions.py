@@ -47,6 +47,8 @@ class MessageContext:
     # Message ids the caller verified as recorded messages of this agent. A fact's cited
     # ``source_message_ids`` outside this set are dropped: the extractor's claim is untrusted.
     recorded_citations: frozenset[str] = frozenset()
+    # 0 for a first extraction; n for the n-th reprocess of the message (ADR-0023).
+    generation: int = 0
 
 
 @dataclass(frozen=True)
@@ -184,7 +186,7 @@ def _decide_fact(
         _reject(memory, report, ctx, payload, exc.reason)
         return
 
-    new_id = new_fact_id(ctx.agent_id, ctx.message_id, ordinal)
+    new_id = new_fact_id(ctx.agent_id, ctx.message_id, ordinal, ctx.generation)
     new_fact = FactPayload(
         fact_id=new_id,
         entity_key=entity,

@@ -29,8 +29,13 @@ def message_record_id(agent_id: str, message_id: str) -> UUID:
     return uuid5(_NAMESPACE, f"message\x00{agent_id}\x00{message_id}")
 
 
-def new_fact_id(agent_id: str, message_id: str, ordinal: int) -> str:
-    return "f_" + uuid5(_NAMESPACE, f"fact\x00{agent_id}\x00{message_id}\x00{ordinal}").hex[:20]
+def new_fact_id(agent_id: str, message_id: str, ordinal: int, generation: int = 0) -> str:
+    """``generation``: 0 for a message's first extraction, n for its n-th reprocess (ADR-0023),
+    so a re-extracted fact never reuses the id of the fact it replaces."""
+    name = f"fact\x00{agent_id}\x00{message_id}\x00{ordinal}"
+    if generation:
+        name += f"\x00g{generation}"
+    return "f_" + uuid5(_NAMESPACE, name).hex[:20]
 
 
 def slugify(name: str) -> str:

@@ -286,19 +286,26 @@ def reprocess(
     message: Annotated[str | None, typer.Option("--message", help="one message id")] = None,
     failed: Annotated[bool, typer.Option("--failed", help="messages whose extraction is pending")] = False,
 ) -> None:
-    """Re-run extraction for messages an LLM outage left pending, in each agent's order."""
-    if not failed:
-        typer.echo("reprocess needs --failed: re-extracting messages that were already processed "
-                   "is not supported yet; --failed re-extracts those an LLM outage left pending.",
-                   err=True)
-        raise typer.Exit(2)
+    """Re-run extraction: --failed for messages an LLM outage left pending; otherwise the
+    agent's processed messages (or one --message) again, superseding their facts (ADR-0023)."""
     from engramdb.services.memory import Memory
 
+    if not failed and agent is None:
+        typer.echo("reprocess needs --agent A (and optionally --message M), or --failed", err=True)
+        raise typer.Exit(2)
     with cli_user_errors():
         if agent is not None:
             _check_agent(agent)
         with Memory.open() as memory:  # it extracts: the offline notice is due here
             memory.wait_for_projections()
+            if not failed:
+                assert agent is not None
+                result = memory.reprocess(agent, message)
+                typer.echo(result.model_dump_json(indent=2))
+                if any(m.llm_unavailable for m in result.messages):
+                    typer.echo("LLM unavailable: stopped; run again when it is back", err=True)
+                    raise typer.Exit(1)
+                return
             report = memory.reprocess_pending(agent, message)
     typer.echo(report.model_dump_json(indent=2))
     if report.still_pending:

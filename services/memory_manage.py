@@ -30,6 +30,7 @@ from engramdb.services.manage_models import (
     PageParams,
     check_actor,
 )
+from engramdb.services.reprocess import ReprocessResult, reprocess
 from engramdb.services.write import WritePipeline
 
 
@@ -106,3 +107,10 @@ class ManageMixin:
         agent are refused afterwards."""
         check_agent_id(agent_id)
         return erase_agent(self.pipeline, agent_id, check_actor(actor, via), via)
+
+    def reprocess(self, agent_id: str, message_id: str | None = None) -> ReprocessResult:
+        """Re-extract processed messages (one, or all the agent's in recorded order) with the
+        current extractor: the facts they alone produced end (``reprocessed``), the new
+        decisions are new events (ADR-0023). Pending ones: ``reprocess_pending``."""
+        check_agent_id(agent_id)
+        return reprocess(self.pipeline, self.pool, agent_id, message_id)

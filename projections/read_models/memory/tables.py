@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from engramdb.domain.aggregate import REPROCESSED
 from engramdb.domain.fold import FactRow
 from engramdb.projections.read_model import jsonb
 from engramdb.projections.read_models.patterns import PATTERNS
@@ -266,7 +267,10 @@ def hidden_message_rows(
     agent: str, e: Any, sources: list[str]
 ) -> list[tuple[str, str, Any, str]]:
     """Rows a ``FactRetracted`` adds to ``mem_hidden_messages``: the retracted fact's source
-    turns, hidden from the retraction's transaction time on (the first hiding wins)."""
+    turns, hidden from the retraction's transaction time on (the first hiding wins). None for
+    a fact ended by reprocessing its turn (ADR-0023): the turn is re-extracted, not withdrawn."""
+    if getattr(e, "reason", None) == REPROCESSED:
+        return []
     return [(agent, mid, e.timestamp, e.fact_id) for mid in dict.fromkeys(sources)]
 
 
