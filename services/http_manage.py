@@ -41,6 +41,7 @@ from engramdb.services.manage_models import (
     Page,
     PageParams,
 )
+from engramdb.services.reprocess import ReprocessResult
 
 AgentId = Annotated[
     str, Path(pattern=AGENT_ID_PATTERN, max_length=200, description=f"the agent: {AGENT_ID_RULE}")
@@ -214,6 +215,25 @@ async def erase_agent(
     Erasing again repeats the cleanup and answers ``already_erased: true``."""
     who = _actor(grant, body.actor if body is not None else None)
     return await _call(request, lambda m: m.erase_agent(agent_id, actor=who, via="http"))
+
+
+@router.post(
+    "/{agent_id}/reprocess",
+    response_model=ReprocessResult,
+    responses={**_ERRORS, 409: {"description": "the message is not processed yet"}},
+    summary="Re-extract processed messages with the current extractor (new events supersede)",
+)
+async def reprocess(
+    request: Request,
+    agent_id: AgentId,
+    _grant: AdminGrant,
+    message_id: Annotated[
+        str | None, Query(min_length=1, max_length=200, description="one message (default: all)")
+    ] = None,
+) -> Any:
+    """ADR-0023: the facts the message(s) alone produced end (``reprocessed``) and the new
+    decisions are recorded as new events; history keeps the old ones. Stops at an LLM outage."""
+    return await _call(request, lambda m: m.reprocess(agent_id, message_id))
 
 
 @router.get(

@@ -32,7 +32,7 @@ from engramdb.domain.keys import agent_aggregate_id, message_record_id
 from engramdb.services import manage
 from engramdb.services.citations import recorded_citations
 from engramdb.services.entity_resolution import ResolutionMemo
-from engramdb.services.manage_models import MessageFilter, NotFoundError
+from engramdb.services.manage_models import MessageFilter, NotActiveError, NotFoundError
 from engramdb.services.write import WritePipeline
 
 
@@ -71,7 +71,7 @@ def _owned_active_facts(pipeline: WritePipeline, memory: AgentMemory, message_id
 
 def reprocess_message(pipeline: WritePipeline, agent_id: str, message_id: str) -> tuple[ReprocessOutcome, int]:
     """Reprocess one processed message; returns (outcome, position). ``NotFoundError`` when
-    the message was never recorded; an unprocessed one raises ``ValueError``."""
+    the message was never recorded; ``NotActiveError`` when it is not processed yet."""
     app = pipeline.app
     agent_uuid = agent_aggregate_id(agent_id)
     record_uuid = message_record_id(agent_id, message_id)
@@ -81,7 +81,10 @@ def reprocess_message(pipeline: WritePipeline, agent_id: str, message_id: str) -
             if record is None:
                 raise NotFoundError(f"agent {agent_id!r} has no message {message_id!r}")
             if not record.processed:
-                raise ValueError(f"message {message_id!r} is not processed yet (use --failed)")
+                raise NotActiveError(
+                    f"message {message_id!r} is not processed yet; pending extractions are "
+                    "re-extracted by `engramdb reprocess --failed` (or the serve retrier)"
+                )
             memory = app.agent_memory(agent_id)
             generation = record.generation + 1
             ended = _owned_active_facts(pipeline, memory, message_id)

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from engramdb.domain.aggregate import MessageRecord
+from engramdb.domain.aggregate import REPROCESSED, MessageRecord
 from engramdb.domain.jobs import AgentJobs
 from engramdb.domain.payloads import FactPayload
 from engramdb.infra.providers.scripted import HashEmbedder
@@ -98,6 +98,11 @@ def drive(app: MemoryApplication, agent: str, messages: int, start: int = 0) -> 
             rec.defer_extraction("still down", 2)
         else:
             rec.complete({"extractor": "test"}, {}, None, None, 0, {})
+        if i % 7 == 6 and mem.is_active(f"f{i}"):  # reprocessed (ADR-0023): ended, re-added
+            mem.retract_fact(f"f{i}", f"m{i}", at, REPROCESSED, {"via": "reprocess"})
+            mem.add_fact(fact(f"r{i}", "person:ana", f"Ana fact {i}", at, ["person:bo"], f"m{i}"))
+            rec.reprocessed({"extractor": "test", "via": "reprocess"}, {}, None, None, 0,
+                            {"ADD": 1}, [f"f{i}"])
         pos = app.save(mem, rec)[-1].notification.id
         if i % 4 == 3:  # sleep-time jobs: retrieval feedback and importance (ADR-0019)
             pos = _job_events(app, agent, i, at)
@@ -156,6 +161,10 @@ def test_rebuild_equals_incremental_and_never_re_embeds(pg_url: str, store: Any)
     assert any(r[0] for r in _columns(pg_url, schema, "mem_facts", "is_correction"))
     assert 0.55 in {r[0] for r in _columns(pg_url, schema, "mem_entities", "importance")}
     assert incremental["mem_patterns"]
+    # reprocessed facts ended without hiding their turn; the records show it
+    reproc = [r for r in incremental["mem_facts"] if r[1] == "f6"]
+    assert reproc and "retracted" in reproc[0]
+    assert not [r for r in incremental["mem_hidden_messages"] if r[1] == "m6"]
     # pending: m5, m11 (deferred 3 times) of agent-a, m5 of agent-b; m3, m7 were extracted later
     assert [(r[0], r[1], r[6]) for r in incremental["mem_extraction_pending"]] == [
         ("agent-a", "m11", 3), ("agent-a", "m5", 1), ("agent-b", "m5", 1)]

@@ -71,3 +71,25 @@ def test_reprocess_agent_is_idempotent_and_keeps_history(
 def test_cli_reprocess_without_agent_or_failed_is_a_user_error() -> None:
     out = CliRunner().invoke(cli_app, ["reprocess"])
     assert out.exit_code == 2 and "--agent" in out.output
+
+
+async def test_http_reprocess_route(memory: Memory, agent_id: str) -> None:  # noqa: F811
+    import httpx
+
+    from engramdb.services.http_api import create_app
+
+    _say(memory, agent_id, "I like sushi.", "m1")
+    before = _active(memory, agent_id)
+    api = create_app(memory)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=api), base_url="http://t") as c:
+        r = await c.post(f"/v1/agents/{agent_id}/reprocess", params={"message_id": "m1"})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert [m["message_id"] for m in body["messages"]] == ["m1"]
+        assert body["messages"][0]["ended_fact_ids"] == sorted(before)
+        r = await c.post(f"/v1/agents/{agent_id}/reprocess", params={"message_id": "nope"})
+        assert r.status_code == 404, r.text
+        r = await c.post(f"/v1/agents/{agent_id}/reprocess", params={"mesage_id": "m1"})
+        assert r.status_code == 422, r.text
+    memory.wait_for_projections(body["position"])
+    assert sorted(_active(memory, agent_id).values()) == sorted(before.values())
