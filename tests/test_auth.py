@@ -73,6 +73,7 @@ ENDPOINTS = [
 # admin-only: spans agents, or destroys a whole agent's memory
 ADMIN_ENDPOINTS = [
     ("GET", "/v1/agents", None),
+    ("POST", f"/v1/agents/{AGENT}/reprocess", None),
     ("POST", f"/v1/agents/{AGENT}/forget", {"actor": "test"}),
     ("POST", f"/v1/agents/{AGENT}/erase", {"actor": "test"}),
 ]
