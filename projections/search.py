@@ -58,3 +58,26 @@ def search_columns(document_sql: str) -> tuple[tuple[str, str], ...]:
 def search_index(table: str) -> str:
     """GIN on ``search_tsv``: candidates by lexeme (the agent filter is applied after it)."""
     return f"CREATE INDEX IF NOT EXISTS {table}_search_tsv ON {table} USING gin (search_tsv)"
+
+
+# BM25's corpus statistics (N, average length) of a large agent are estimated from a fixed
+# 1/64 sample of its rows, chosen by a hash of the row's id (the same rows every time, so the
+# same memory gives the same scores); ``services/retrieve/signals/bm25.py``, ADR-0024.
+SAMPLE_BUCKETS = 64
+
+
+def sample_bucket(id_sql: str) -> str:
+    """The row's sample bucket (0 .. SAMPLE_BUCKETS-1): the expression the stats index holds."""
+    return f"(hashtext({id_sql}) & {SAMPLE_BUCKETS - 1})"
+
+
+def stats_index(table: str, id_col: str, include: tuple[str, ...], where: str = "") -> str:
+    """B-tree read by an index-only scan for BM25's N and average length: the agent's rows by
+    sample bucket, carrying ``search_len`` and what the visibility filter reads (``include``),
+    so neither the exact count of a small agent nor the sample of a large one touches the
+    heap — whose rows hold the 1.5 kB embedding (a full scan of 100k facts was most of a
+    retrieve's time, ADR-0024)."""
+    cols = ", ".join((id_col, *include, "search_len"))
+    partial = f" WHERE {where}" if where else ""
+    return (f"CREATE INDEX IF NOT EXISTS {table}_bm25_stats ON {table}"
+            f" (agent_id, {sample_bucket(id_col)}) INCLUDE ({cols}){partial}")

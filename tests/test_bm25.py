@@ -161,3 +161,64 @@ def test_an_older_table_gains_the_search_columns(pg_url: str, fresh_schema: Any)
         row = conn.execute("SELECT search_tsv::text, search_len FROM mem_messages").fetchone()
         assert row == ("'ana':1 'paulo':5 'run':2 'sao':4", 4)
         assert ids(bm25_messages(conn, "a", "run sao paulo", None, 10)) == ["m1"]
+
+
+def scored_with(docs: dict[str, list[str]], query: list[str], n: float, avgdl: float) -> dict[str, float]:
+    """BM25 as ``by_hand`` but with N and avgdl given (df still counted over ``docs``)."""
+    out: dict[str, float] = {}
+    for doc_id, tokens in docs.items():
+        score = 0.0
+        for term in dict.fromkeys(query):
+            tf = tokens.count(term)
+            if tf:
+                df = sum(1 for t in docs.values() if term in t)
+                idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+                score += idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * len(tokens) / avgdl))
+        if score:
+            out[doc_id] = score
+    return out
+
+
+def test_a_large_agent_takes_n_and_avgdl_from_the_fixed_hash_sample(store: Store) -> None:
+    """ADR-0024: above ``exact_rows`` visible rows, N = 64 x the rows of sample bucket 0 and
+    avgdl = their mean length; df stays exact. At or below it, exactly BM25 by hand."""
+    shapes = [["tea"], ["tea", "milk"], ["milk", "milk", "tea", "tea", "tea"]]
+    analysed = {f"m{i}": shapes[i % 3] for i in range(300)}
+    for mid, tokens in analysed.items():
+        store.message("a", mid, " ".join(tokens), speaker=None)
+    store.message("b", "other", "tea tea milk", speaker=None)  # another agent is not sampled
+    with store.pool.connection() as conn:
+        sample = [r[0] for r in conn.execute(
+            "SELECT message_id FROM mem_messages WHERE agent_id = 'a' AND (hashtext(message_id) & 63) = 0"
+        ).fetchall()]
+        assert sample, "the fixture's ids must put some rows in bucket 0"
+        estimated = bm25_messages(conn, "a", "milk", None, 400, exact_rows=0)
+        exact = bm25_messages(conn, "a", "milk", None, 400)  # 300 rows: exact
+        assert bm25_messages(conn, "a", "milk", None, 400, exact_rows=64 * len(sample)) == exact
+    n = 64.0 * len(sample)
+    avgdl = sum(len(analysed[m]) for m in sample) / len(sample)
+    want = scored_with(analysed, ["milk"], n, avgdl)
+    assert ids(estimated) == sorted(want, key=lambda d: (-want[d], d))
+    for doc_id, score in estimated:
+        assert score == pytest.approx(want[doc_id], abs=1e-6)
+    truth = by_hand(analysed, ["milk"])
+    for doc_id, score in exact:
+        assert score == pytest.approx(truth[doc_id], abs=1e-6)
+    assert estimated != exact  # the estimate was used, not the count
+
+
+def test_sampled_facts_keep_the_visibility_filter(store: Store) -> None:
+    """The sample counts only facts the exact statistics would count (active, confident)."""
+    for i in range(200):
+        store.fact("a", f"f{i}", "person:ana", "likes tea", confidence=0.3 if i % 2 else 0.9)
+    with store.pool.connection() as conn:
+        bucket = {r[0] for r in conn.execute(
+            "SELECT fact_id FROM mem_facts WHERE agent_id = 'a' AND (hashtext(fact_id) & 63) = 0").fetchall()}
+        visible = [f for f in bucket if int(f[1:]) % 2 == 0]
+        assert visible, "the fixture's ids must put a confident fact in bucket 0"
+        hits = bm25_facts(conn, "a", "tea", None, 0.5, 200, exact_rows=0)
+    docs = {f"f{i}": ["ana", "like", "tea"] for i in range(0, 200, 2)}
+    want = scored_with(docs, ["tea"], 64.0 * len(visible), 3.0)
+    assert len(hits) == 100
+    for doc_id, score in hits:
+        assert score == pytest.approx(want[doc_id], abs=1e-6)

@@ -20,7 +20,7 @@ from engramdb.projections.embeddings import CACHED_VECTOR_SQL
 from engramdb.projections.erasure import drop_agent_rows
 from engramdb.projections.handlers import handles
 from engramdb.projections.read_model import BulkFold, ReadModel, ReadModelView, jsonb
-from engramdb.projections.search import SEARCH_FUNCTIONS, search_columns, search_index
+from engramdb.projections.search import SEARCH_FUNCTIONS, search_columns, search_index, stats_index
 from engramdb.projections.tables import EMBEDDING, VECTOR, Table
 
 MESSAGES = Table(
@@ -49,6 +49,7 @@ MESSAGES = Table(
         "CREATE INDEX IF NOT EXISTS mem_messages_text_tsv ON mem_messages "
         "USING gin (to_tsvector('simple', text))",
         search_index("mem_messages"),
+        stats_index("mem_messages", "message_id", ("occurred_at", "recorded_at")),
     ),
     embedded_text="text",
     # what is embedded: "Speaker: text" (who said it is part of a turn's meaning; measured

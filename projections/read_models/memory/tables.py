@@ -19,7 +19,7 @@ from engramdb.domain.aggregate import REPROCESSED
 from engramdb.domain.fold import FactRow
 from engramdb.projections.read_model import jsonb
 from engramdb.projections.read_models.patterns import PATTERNS
-from engramdb.projections.search import SEARCH_FUNCTIONS, search_columns, search_index
+from engramdb.projections.search import SEARCH_FUNCTIONS, search_columns, search_index, stats_index
 from engramdb.projections.tables import EMBEDDING, VECTOR, Table
 
 # agent aggregate id -> agent_id: agent events carry only their originator id
@@ -75,6 +75,8 @@ FACTS = Table(
         "CREATE INDEX IF NOT EXISTS mem_facts_text_tsv ON mem_facts "
         "USING gin (to_tsvector('simple', fact_text))",
         search_index("mem_facts"),
+        stats_index("mem_facts", "fact_id",
+                    ("confidence", "valid_from", "valid_to", "recorded_at", "invalidated_at")),
     ),
     embedded_text="fact_text",
     # BM25 (projections/search.py): the entity's name ('person:melanie' -> 'melanie') is
