@@ -61,7 +61,7 @@ def history(agent: Annotated[str, typer.Option("--agent")]) -> None:
     from engramdb.services.memory import Memory
 
     with Memory.open(start_projectors=False, quiet=True) as memory:
-        events: list[Any] = list(memory.app.events.get(agent_jobs_id(agent)))
+        events: list[Any] = list(memory.cell(agent).app.events.get(agent_jobs_id(agent)))
     for e in events:
         fields = {k: v for k, v in vars(e).items()
                   if k not in ("originator_id", "originator_version", "timestamp",

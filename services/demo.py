@@ -60,7 +60,7 @@ def run_demo() -> None:
         _line(f"publishing {len(CONVERSATION)} messages onto NATS ({redact_url(nats_url)})")
         results: list = []
         app, _broker = build_ingest_app(
-            nats_url, memory.pipeline, prefix=settings.subject_prefix, on_result=results.append,
+            nats_url, memory.ingest_pipeline(), prefix=settings.subject_prefix, on_result=results.append,
             **ingest_scaling(memory, settings),
         )
         with IngestThread(app):
@@ -70,7 +70,7 @@ def run_demo() -> None:
             time.sleep(0.05)
             _publish(nats_url, CONVERSATION[3:], 3, results, settings.subject_prefix)
         position = max((r.position for r in results), default=None)
-        memory.wait_for_projections(position)
+        memory.wait_for_projections(position, agent_id=AGENT)
 
         _line("decisions, per message")
         for result in sorted(results, key=lambda r: r.message_id):
@@ -86,7 +86,7 @@ def run_demo() -> None:
             )
 
         _line("read models: active facts and entities")
-        with memory.pool.connection() as conn:
+        with memory.cell(AGENT).pool.connection() as conn:
             for row in conn.execute(
                 "SELECT fact_id, status, reinforcement_count, fact_text FROM mem_facts "
                 "WHERE agent_id = %s ORDER BY valid_from, fact_id",

@@ -1,9 +1,10 @@
 """``Memory``: the in-process API — one object that writes, projects, retrieves and audits.
 
-It only wires parts together: the event log (``MemoryApplication``), the write pipeline, the
-projectors (threads in this process, unless ``start_projectors=False`` because another process
-runs them), the retriever (read models only) and the audit functions (the log only). The NATS
-and HTTP services and the CLI are thin shells around it.
+It only wires parts together: per cell (``services/cell.py``, ADR-0028) the event log
+(``MemoryApplication``), the write pipeline, the projectors (threads in this process, unless
+``start_projectors=False`` because another process runs them) and the retriever (read models
+only); the audit functions (the log only); and the router that sends each agent to its cell.
+The NATS and HTTP services and the CLI are thin shells around it.
 """
 
 from __future__ import annotations
@@ -11,31 +12,38 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from psycopg_pool import ConnectionPool
-
 from engramdb.domain.ports import EmbeddingProvider, LLMProvider
 from engramdb.infra.advisory_locks import exclusive
+from engramdb.infra.cells import parse_cells
 from engramdb.infra.database import (
     DatabaseConfig,
     ensure_extensions,
     es_env_from_url,
     resolve_database,
 )
+from engramdb.infra.embedded_postgres import PostgresHandle
 from engramdb.infra.providers.factory import make_embedder, make_llm
-from engramdb.infra.read_pool import open_read_pool, open_worker_pool
 from engramdb.infra.settings import Settings, load_settings
 from engramdb.projections.rebuild import RebuildReport
-from engramdb.projections.runner import ProjectionSet, tracking_positions, wait_for_position
-from engramdb.services.app import MemoryApplication
 from engramdb.services.audit import (
     FactSnapshot,
     HistoryEntry,
     agent_history,
     fact_history,
     facts_as_of,
+)
+from engramdb.services.cell import Cell, cell_databases
+from engramdb.services.cells import (
+    CellPipelines,
+    CellRouter,
+    SingleCellMixin,
+    merge_health,
+    merge_lag,
+    merge_rebuilds,
 )
 from engramdb.services.extraction import Extractor, LLMExtractor, RuleBasedExtractor
 from engramdb.services.extraction.rule_based import OFFLINE_NOTICE
@@ -50,22 +58,24 @@ from engramdb.services.pending import (
     list_pending,
     reextract_pending,
 )
-from engramdb.services.pre_retrieval import PreRetrieval
 from engramdb.services.retrieve.models import RetrieveResult
-from engramdb.services.retrieve.pipeline import Retriever
 from engramdb.services.write import WriteConfig, WritePipeline, WriteRequest, WriteResult
 
 _UNSET: Any = object()
 
 
-class Memory(ManageMixin):
-    """Long-term memory for agents. Open with ``Memory.open()``; close (or use ``with``)."""
+class Memory(SingleCellMixin, ManageMixin):
+    """Long-term memory for agents. Open with ``Memory.open()``; close (or use ``with``).
+
+    Agents live in cells (``ENGRAMDB_CELLS``, ADR-0028): every per-agent call goes to the
+    agent's cell (``cell(agent_id)``), calls about all agents span every cell. With one cell
+    (the default) ``app``, ``pool``, ``pipeline``... are that cell's; with several they name
+    no single store and raise — use ``cell(agent_id)`` or ``cells``."""
 
     def __init__(
         self,
         *,
-        database: DatabaseConfig,
-        env: dict[str, str],
+        cells: Sequence[tuple[str, DatabaseConfig]],
         embedder: EmbeddingProvider,
         llm: LLMProvider | None,
         extractor: Extractor,
@@ -73,48 +83,64 @@ class Memory(ManageMixin):
         write_config: WriteConfig | None = None,
         metrics: Metrics | None = None,
         max_lag: int = DEFAULT_MAX_LAG,
+        handle: PostgresHandle | None = None,
     ) -> None:
-        """``metrics``: the registry ``open`` already wired into the LLM (default: a new one);
-        ``max_lag``: events a projection may trail the log before ``health()`` fails."""
+        """``cells``: (name, database) per cell in hash order; ``metrics``: the registry
+        ``open`` already wired into the LLM (default: a new one); ``max_lag``: events a
+        projection may trail the log before ``health()`` fails; ``handle``: the embedded
+        PostgreSQL this memory releases on close."""
         self.metrics = metrics or Metrics()
         self.max_lag = max_lag
-        self.database = database
-        self.env = env
-        self.schema = env.get("POSTGRES_SCHEMA", "public")
         self.embedder = embedder
         self.llm = llm
         self.extractor = extractor
-        self.app = MemoryApplication(env)
-        # the read-side pools, owned here: the read pool is lent to every reader of the read
-        # models, the worker pool only to the retriever's workers (ADR-0010: no deadlock)
-        self.pool: ConnectionPool = open_read_pool(database.url, self.schema, name="engramdb-read")
-        self.worker_pool: ConnectionPool = open_worker_pool(database.url, self.schema)
-        make = ProjectionSet.start if start_projectors else ProjectionSet
-        self.projections = make(
-            MemoryApplication, env, embedder,
-            on_restart=lambda name: self.metrics.projector_restarts.labels(name).inc(),
-        )
-        for rm in self.projections.read_models:  # every series from 0: rate() works at once
-            if rm.projected:
-                self.metrics.projector_restarts.labels(rm.name)
+        self._handle = handle
+        built: list[Cell] = []
+        try:
+            for name, database in cells:
+                label = name if len(cells) > 1 else None
+                # several processes may open one fresh schema at once: its tables are made
+                # one at a time
+                with exclusive(database.url, "setup", database.schema):
+                    ensure_extensions(database.url, database.schema)
+                    built.append(Cell(
+                        name, database, embedder=embedder, llm=llm, extractor=extractor,
+                        start_projectors=start_projectors, write_config=write_config,
+                        on_restart=self._restart_counter(label),
+                    ))
+        except BaseException:
+            for cell in built:
+                cell.close()
+            raise
+        self.router = CellRouter(built)
+        for cell in self.router.cells:  # every series from 0: rate() works at once
+            for rm in cell.projections.read_models:
+                if rm.projected:
+                    self.metrics.projector_restarts.labels(self.router.label(cell, rm.name))
         self.metrics.watch_projections(self._lag_snapshot)
         self.metrics.watch_pending(self.pending_count)
-        self.pipeline = WritePipeline(
-            self.app,
-            extractor,
-            PreRetrieval(self.pool),
-            resolver_llm=llm,
-            config=write_config,
-        )
-        self.retriever = Retriever(
-            self.pool,
-            embedder,
-            llm=llm,
-            wait_for_position=self.wait_for_projections,
-            worker_pool=self.worker_pool,
-        )
         self.nats_url: str | None = None  # the broker this process uses (set by ``serve``)
         self.feedback: Any = None  # retrieval notices for the jobs (``enable_feedback``)
+
+    def _restart_counter(self, cell: str | None) -> Any:
+        def count(name: str) -> None:
+            self.metrics.projector_restarts.labels(name if cell is None else f"{cell}/{name}").inc()
+        return count
+
+    # ----- cells -------------------------------------------------------------------------
+
+    @property
+    def cells(self) -> list[Cell]:
+        """Every cell, in hash order (one without ``ENGRAMDB_CELLS``)."""
+        return self.router.cells
+
+    def cell(self, agent_id: str) -> Cell:
+        """The cell holding ``agent_id`` (its log, read models, pipeline and retriever)."""
+        return self.router.cell(agent_id)
+
+    def ingest_pipeline(self) -> WritePipeline | CellPipelines:
+        """What the NATS consumer writes through: the pipeline, or a router over the cells'."""
+        return self.pipeline if len(self.router) == 1 else CellPipelines(self.router)
 
     # ----- construction ------------------------------------------------------------------
 
@@ -152,22 +178,19 @@ class Memory(ManageMixin):
             )
         else:
             database = resolve_database(settings)
-        # several processes may open one fresh schema at once: its tables are made one at a time
-        with exclusive(database.url, "setup", database.schema):
-            ensure_extensions(database.url, database.schema)
-            metrics = Metrics()
-            chosen_llm = metrics.count_llm_errors(make_llm(settings) if llm is _UNSET else llm)
-            chosen_embedder = embedder or make_embedder(settings)
-            if extractor is None:
-                if chosen_llm is not None:
-                    extractor = LLMExtractor(chosen_llm, timeout_sec=settings.llm_timeout_sec)
-                else:
-                    extractor = RuleBasedExtractor()
-                    if not quiet:
-                        print(OFFLINE_NOTICE, file=sys.stderr)
+        metrics = Metrics()
+        chosen_llm = metrics.count_llm_errors(make_llm(settings) if llm is _UNSET else llm)
+        chosen_embedder = embedder or make_embedder(settings)
+        if extractor is None:
+            if chosen_llm is not None:
+                extractor = LLMExtractor(chosen_llm, timeout_sec=settings.llm_timeout_sec)
+            else:
+                extractor = RuleBasedExtractor()
+                if not quiet:
+                    print(OFFLINE_NOTICE, file=sys.stderr)
+        try:
             return cls(
-                database=database,
-                env=database.env,
+                cells=cell_databases(database, parse_cells(settings.cells, database.schema)),
                 embedder=chosen_embedder,
                 llm=chosen_llm,
                 extractor=extractor,
@@ -175,7 +198,12 @@ class Memory(ManageMixin):
                 write_config=write_config,
                 metrics=metrics,
                 max_lag=settings.ready_max_lag,
+                handle=database.handle,
             )
+        except BaseException:
+            if database.handle is not None:
+                database.handle.stop()
+            raise
 
     def __enter__(self) -> Memory:
         return self
@@ -194,13 +222,10 @@ class Memory(ManageMixin):
     def close(self) -> None:
         if self.feedback is not None:
             self.feedback.close()
-        self.projections.stop()
-        self.retriever.close()
-        self.worker_pool.close()
-        self.pool.close()
-        self.app.close()
-        if self.database.handle is not None:
-            self.database.handle.stop()
+        for cell in self.router.cells:
+            cell.close()
+        if self._handle is not None:
+            self._handle.stop()
 
     # ----- the three uses -----------------------------------------------------------------
 
@@ -229,9 +254,10 @@ class Memory(ManageMixin):
         ):
             if value is not None:
                 fields[key] = value
+        pipeline = self.cell(agent_id).pipeline
         if dry_run:
-            return dry_run_write(self.pipeline, WriteRequest(**fields))
-        return self.pipeline.write(WriteRequest(**fields))
+            return dry_run_write(pipeline, WriteRequest(**fields))
+        return pipeline.write(WriteRequest(**fields))
 
     def retrieve(
         self,
@@ -244,11 +270,11 @@ class Memory(ManageMixin):
     ) -> RetrieveResult:
         """The facts and conversations that matter for ``query``, from the read models only.
 
-        ``wait_for`` is a ``WriteResult.position``: read-your-writes.
+        ``wait_for`` is a ``WriteResult.position`` of this agent: read-your-writes.
         """
         started = time.perf_counter()
         try:
-            result = self.retriever.retrieve(
+            result = self.cell(agent_id).retriever.retrieve(
                 agent_id, query, as_of=as_of, wait_for=wait_for, config_overrides=config_overrides
             )
             if self.feedback is not None and as_of is None:  # an as-of query is an audit
@@ -257,80 +283,98 @@ class Memory(ManageMixin):
         finally:
             self.metrics.retrieve_seconds.observe(time.perf_counter() - started)
 
-    def wait_for_projections(self, position: int | None = None, timeout: float = 30.0) -> None:
+    def wait_for_projections(
+        self, position: int | None = None, timeout: float = 30.0, *, agent_id: str | None = None
+    ) -> None:
         """Block until the read models include the event at ``position`` (default: all so far).
         A position beyond the end of the log is a ``ValueError`` naming ``wait_for`` at once
-        (it could only time out: no write returned it)."""
-        head = self.app.recorder.max_notification_id()  # None: the log is empty
-        if position is None:
-            position = head
-        elif position > (head or 0):
-            raise ValueError(
-                f"wait_for {position} is beyond the end of the log (position {head}): "
-                "pass the position a write returned"
-            )
-        if position is None or position <= 0:  # an empty log: nothing to wait for
-            return
-        if self.projections.running:
-            self.projections.wait(position, timeout)
+        (it could only time out: no write returned it). Positions are per cell: with several
+        cells a ``position`` needs the ``agent_id`` it was written for."""
+        if agent_id is not None:
+            self.cell(agent_id).wait_for_projections(position, timeout)
+        elif position is None or len(self.router) == 1:
+            for cell in self.router.cells:
+                cell.wait_for_projections(position, timeout)
         else:
-            wait_for_position(self.database.url, position, timeout, schema=self.schema)
+            raise ValueError("positions are per cell: pass the agent_id the position was written for")
 
     def health(self, max_lag: int | None = None, timeout: float = 2.0) -> HealthReport:
         """Readiness (``/readyz``): database, NATS if this process uses one, projector
         liveness (in-process) and projection lag (``max_lag`` events, default the
-        ``ENGRAMDB_READY_MAX_LAG`` setting)."""
+        ``ENGRAMDB_READY_MAX_LAG`` setting) — of every cell."""
+        return merge_health(self.router, self.router.each(
+            lambda cell: self._cell_health(cell, max_lag, timeout)))
+
+    def _cell_health(self, cell: Cell, max_lag: int | None, timeout: float) -> HealthReport:
         report = check_health(
-            pool=self.pool,
-            schema=self.schema,
-            head=self.app.recorder.max_notification_id,
-            projections=self.projections,
+            pool=cell.pool,
+            schema=cell.schema,
+            head=cell.head,
+            projections=cell.projections,
             nats_url=self.nats_url,
             max_lag=self.max_lag if max_lag is None else max_lag,
             timeout=timeout,
         )
         if report.database.status == "up":  # informational (ADR-0014), not a readiness condition
             with contextlib.suppress(Exception):
-                report.extraction_pending = self.pending_count()
+                report.extraction_pending = count_pending(cell.pool)
         return report
 
     def _lag_snapshot(self) -> LagSnapshot:
         """For ``/metrics``: log head and projection positions (PostgreSQL), liveness."""
-        with self.pool.connection(timeout=2.0) as conn:
-            positions = tracking_positions(conn, self.schema)
-        head = self.app.recorder.max_notification_id() or 0
-        return LagSnapshot(head=head, positions=positions, up=self.projections.alive())
+        return merge_lag(self.router, self.router.each(Cell.lag_snapshot))
 
     def pending_extractions(
         self, agent_id: str | None = None, limit: int | None = None
     ) -> list[PendingExtraction]:
         """Messages an LLM outage left unextracted (ADR-0014), by agent and recorded order."""
-        return list_pending(self.pool, agent_id, limit)
+        if agent_id is not None:
+            return list_pending(self.cell(agent_id).pool, agent_id, limit)
+        found = [p for cell in self.cells for p in list_pending(cell.pool, None, limit)]
+        found.sort(key=lambda p: p.agent_id)  # stable: each agent's recorded order stays
+        return found if limit is None else found[:limit]
 
     def pending_count(self, agent_id: str | None = None) -> int:
         """How many messages wait for extraction (gauge-friendly: one indexed count)."""
-        return count_pending(self.pool, agent_id)
+        if agent_id is not None:
+            return count_pending(self.cell(agent_id).pool, agent_id)
+        return sum(count_pending(cell.pool, None) for cell in self.cells)
 
     def reprocess_pending(
         self, agent_id: str | None = None, message_id: str | None = None
     ) -> ReprocessReport:
-        """Re-extract pending messages now (what ``engramdb reprocess --failed`` runs)."""
-        return reextract_pending(self.pipeline, self.pool, agent_id=agent_id, message_id=message_id)
+        """Re-extract pending messages now (what ``engramdb reprocess --failed`` runs).
+        Across several cells the report's ``position`` is 0 (positions are per cell)."""
+        cells = self.cells if agent_id is None else [self.cell(agent_id)]
+        reports = [reextract_pending(c.pipeline, c.pool, agent_id=agent_id, message_id=message_id)
+                   for c in cells]
+        if len(reports) == 1:
+            return reports[0]
+        return ReprocessReport(
+            extracted=[x for r in reports for x in r.extracted],
+            skipped=[x for r in reports for x in r.skipped],
+            still_pending=[x for r in reports for x in r.still_pending],
+            llm_unavailable=next((r.llm_unavailable for r in reports if r.llm_unavailable), None),
+        )
 
     def history(self, agent_id: str, fact_id: str | None = None) -> list[HistoryEntry]:
-        """How a memory came to be, from the event log."""
+        """How a memory came to be, from the agent's cell's event log."""
+        app = self.cell(agent_id).app
         if fact_id is None:
-            return agent_history(self.app, agent_id)
-        return fact_history(self.app, agent_id, fact_id)
+            return agent_history(app, agent_id)
+        return fact_history(app, agent_id, fact_id)
 
     def facts_as_of(self, agent_id: str, as_of: datetime) -> list[FactSnapshot]:
-        """What memory held at ``as_of``, replayed from the event log."""
-        return facts_as_of(self.app, agent_id, as_of)
+        """What memory held at ``as_of``, replayed from the agent's cell's event log."""
+        return facts_as_of(self.cell(agent_id).app, agent_id, as_of)
 
-    def rebuild(self, projection: str | None = None, progress: bool = False) -> RebuildReport:
-        """Drop and rebuild read models from the log (never calls an LLM)."""
-        report: RebuildReport = self.projections.rebuild(projection, progress)
-        return report
+    def rebuild(
+        self, projection: str | None = None, progress: bool = False, *, cell: str | None = None
+    ) -> RebuildReport:
+        """Drop and rebuild read models from the log (never calls an LLM): every cell, one
+        after another, or the cell named ``cell``."""
+        cells = self.cells if cell is None else [self.router.named(cell)]
+        return merge_rebuilds([c.rebuild(projection, progress) for c in cells])
 
 
 def _url_from_env(env: dict[str, str]) -> str:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from psycopg_pool import ConnectionPool
-
 from engramdb.domain.agent_id import check_agent_id
 from engramdb.services import manage
+from engramdb.services.cell import Cell
+from engramdb.services.cells import merge_agent_pages
 from engramdb.services.erase import erase_agent
 from engramdb.services.manage_commands import delete_fact, forget_agent
 from engramdb.services.manage_models import (
@@ -31,14 +31,18 @@ from engramdb.services.manage_models import (
     check_actor,
 )
 from engramdb.services.reprocess import ReprocessResult, reprocess
-from engramdb.services.write import WritePipeline
 
 
 class ManageMixin:
-    """Mixed into ``Memory``; uses its read pool and write pipeline."""
+    """Mixed into ``Memory``; uses the read pool and write pipeline of the agent's cell
+    (``cell(agent_id)``, ADR-0028); ``list_agents`` spans every cell."""
 
-    pool: ConnectionPool
-    pipeline: WritePipeline
+    def cell(self, agent_id: str) -> Cell:
+        raise NotImplementedError
+
+    @property
+    def cells(self) -> list[Cell]:
+        raise NotImplementedError
 
     def list_facts(
         self,
@@ -59,19 +63,22 @@ class ManageMixin:
             status=status, entity=entity, session=session, speaker=speaker, valid_at=valid_at,
             as_of=as_of, text=text, limit=limit, cursor=cursor,
         )
-        return manage.list_facts(self.pool, agent_id, flt)
+        return manage.list_facts(self.cell(agent_id).pool, agent_id, flt)
 
     def get_fact(self, agent_id: str, fact_id: str) -> FactDetail:
         """One fact (any status) with its source turns and a link to its history."""
-        return manage.get_fact(self.pool, agent_id, fact_id)
+        return manage.get_fact(self.cell(agent_id).pool, agent_id, fact_id)
 
     def list_entities(
         self, agent_id: str, *, limit: int = 50, cursor: str | None = None
     ) -> Page[EntityItem]:
-        return manage.list_entities(self.pool, agent_id, PageParams(limit=limit, cursor=cursor))
+        return manage.list_entities(
+            self.cell(agent_id).pool, agent_id, PageParams(limit=limit, cursor=cursor)
+        )
 
     def list_agents(self, *, limit: int = 50, cursor: str | None = None) -> Page[AgentItem]:
-        return manage.list_agents(self.pool, PageParams(limit=limit, cursor=cursor))
+        page = PageParams(limit=limit, cursor=cursor)
+        return merge_agent_pages([manage.list_agents(c.pool, page) for c in self.cells], limit)
 
     def list_messages(
         self,
@@ -83,21 +90,21 @@ class ManageMixin:
         cursor: str | None = None,
     ) -> Page[MessageItem]:
         flt = MessageFilter(session=session, speaker=speaker, limit=limit, cursor=cursor)
-        return manage.list_messages(self.pool, agent_id, flt)
+        return manage.list_messages(self.cell(agent_id).pool, agent_id, flt)
 
     def delete_fact(
         self, agent_id: str, fact_id: str, *, actor: str | None = None, via: str = "python"
     ) -> DeleteResult:
         """Retract a fact at a user's request (an event; history keeps it)."""
         check_agent_id(agent_id)
-        return delete_fact(self.pipeline, agent_id, fact_id, check_actor(actor, via), via)
+        return delete_fact(self.cell(agent_id).pipeline, agent_id, fact_id, check_actor(actor, via), via)
 
     def forget_agent(
         self, agent_id: str, *, actor: str | None = None, via: str = "python"
     ) -> ForgetResult:
         """End all the agent's active facts and hide its messages from retrieval (one event)."""
         check_agent_id(agent_id)
-        return forget_agent(self.pipeline, agent_id, check_actor(actor, via), via)
+        return forget_agent(self.cell(agent_id).pipeline, agent_id, check_actor(actor, via), via)
 
     def erase_agent(
         self, agent_id: str, *, actor: str | None = None, via: str = "python"
@@ -106,11 +113,12 @@ class ManageMixin:
         and vectors; its events stay in the log, unreadable. Irreversible; writes for the
         agent are refused afterwards."""
         check_agent_id(agent_id)
-        return erase_agent(self.pipeline, agent_id, check_actor(actor, via), via)
+        return erase_agent(self.cell(agent_id).pipeline, agent_id, check_actor(actor, via), via)
 
     def reprocess(self, agent_id: str, message_id: str | None = None) -> ReprocessResult:
         """Re-extract processed messages (one, or all the agent's in recorded order) with the
         current extractor: the facts they alone produced end (``reprocessed``), the new
         decisions are new events (ADR-0023). Pending ones: ``reprocess_pending``."""
         check_agent_id(agent_id)
-        return reprocess(self.pipeline, self.pool, agent_id, message_id)
+        cell = self.cell(agent_id)
+        return reprocess(cell.pipeline, cell.pool, agent_id, message_id)

@@ -58,11 +58,11 @@ def _run(role: str, settings: Settings, shutdown: ShutdownRequest) -> None:
                                    settings.feedback_retention_days)
         jobs = start_jobs(memory, settings, nats_url) if role in ("all", "jobs") else None
         ingest = None
-        retrier = None
+        retriers: list[ExtractionRetrier] = []
         if role in ("all", "ingest") and nats_url is not None:
             app, _broker = build_ingest_app(
                 nats_url,
-                memory.pipeline,
+                memory.ingest_pipeline(),  # each message into its agent's cell (ADR-0028)
                 metrics=memory.metrics,
                 prefix=settings.subject_prefix,
                 extraction_attempts=settings.extraction_attempts,
@@ -72,9 +72,9 @@ def _run(role: str, settings: Settings, shutdown: ShutdownRequest) -> None:
             ingest = IngestThread(app).start()
             log.info("ingest consuming %s.messages.> on %s", settings.subject_prefix, redact_url(nats_url))
         if role in ("all", "ingest") and memory.llm is not None:  # nothing to wait for offline
-            retrier = ExtractionRetrier(
-                memory.pipeline, memory.pool, settings.extraction_retry_interval_sec
-            ).start()
+            retriers = [ExtractionRetrier(
+                cell.pipeline, cell.pool, settings.extraction_retry_interval_sec
+            ).start() for cell in memory.cells]
         try:
             if shutdown.requested:
                 pass  # stopped while starting up
@@ -83,7 +83,7 @@ def _run(role: str, settings: Settings, shutdown: ShutdownRequest) -> None:
             else:
                 shutdown.wait()
         finally:
-            if retrier is not None:
+            for retrier in retriers:
                 retrier.stop()
             if jobs is not None:
                 jobs.stop()
@@ -118,9 +118,11 @@ async def _serve_retrieve(
 
 def ingest_scaling(memory: Memory, settings: Settings) -> dict[str, Any]:
     """Partitions, stream replicas, and the database whose advisory locks spread the
-    partitions over every process consuming this memory (ADR-0020)."""
+    partitions over every process consuming this memory (ADR-0020): the first cell's, so all
+    processes agree however many cells there are (ADR-0028)."""
+    first = memory.cells[0]
     return {"partitions": settings.ingest_partitions, "replicas": settings.nats_stream_replicas,
-            "leases": memory.database.url, "lease_scope": memory.schema}
+            "leases": first.database.url, "lease_scope": first.schema}
 
 
 def _keyring(settings: Settings) -> KeyRing:

@@ -13,6 +13,7 @@ from faststream import FastStream
 from faststream.nats import JStream, NatsBroker
 
 from engramdb.infra.nats_auth import nats_servers
+from engramdb.services.cells import CellPipelines
 from engramdb.services.ingest.partitions import DEFAULT_PARTITIONS, PartitionConsumers
 from engramdb.services.ingest.service import IngestService
 from engramdb.services.messages import (
@@ -56,9 +57,9 @@ def _quiet(logger: logging.Logger) -> logging.Logger:
 
 def build_ingest_app(
     nats_url: str,
-    pipeline: WritePipeline | None = None,
+    pipeline: WritePipeline | CellPipelines | None = None,
     *,
-    pipeline_factory: Callable[[], WritePipeline] | None = None,
+    pipeline_factory: Callable[[], WritePipeline | CellPipelines] | None = None,
     prefix: str = DEFAULT_PREFIX,
     durable: str = DEFAULT_DURABLE,
     batch_size: int = 32,

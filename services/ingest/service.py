@@ -20,6 +20,7 @@ from nats.aio.msg import Msg
 
 from engramdb.domain.aggregate import MessageRecord
 from engramdb.domain.erasure import AgentErasedError
+from engramdb.services.cells import CellPipelines
 from engramdb.services.ingest.partitions import published_subject, subject_agent_token
 from engramdb.services.ingest.turnstile import Turnstile
 from engramdb.services.messages import (
@@ -72,7 +73,7 @@ class IngestService:
     def __init__(
         self,
         broker: NatsBroker,
-        pipeline: WritePipeline | None = None,
+        pipeline: WritePipeline | CellPipelines | None = None,
         *,
         prefix: str = DEFAULT_PREFIX,
         max_concurrency: int = 8,
@@ -212,7 +213,7 @@ class IngestService:
         result: WriteResult | None = None
         deliveries = self._deliveries(raw)
         kwargs: dict[str, Any] = {} if recorded is None else {"recorded": recorded}
-        if isinstance(pipeline, WritePipeline):  # an LLM outage: nack, until the last attempt
+        if isinstance(pipeline, (WritePipeline, CellPipelines)):  # an LLM outage: nack, until the last attempt
             kwargs["attempts"] = deliveries
             last = min(self.extraction_attempts, self.max_deliver)  # never beyond max_deliver
             kwargs["on_outage"] = "defer" if deliveries >= last else "raise"

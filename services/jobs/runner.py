@@ -1,7 +1,7 @@
 """Running jobs: one pass (``engramdb jobs run``) or on a schedule (``serve --role jobs``).
 
 Per (job, agent) the runner:
-- takes a PostgreSQL advisory lock keyed by schema + job + agent on its own connection
+- takes a PostgreSQL advisory lock keyed by schema (the cell's) + job + agent on its own connection
   (``pg_try_advisory_lock``): a second job process skips the pair instead of running it twice;
 - sets a deadline the job checks (``JobTimeout``), so a stuck job cannot hold a pass forever;
 - catches any failure, logs it and records it in ``mem_job_runs`` — one row per (job, agent):
@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from engramdb.services.jobs import JOBS, Job, JobContext, JobTimeout
@@ -113,7 +113,22 @@ def run_pass(
     agents: Sequence[str] | None = None,
     progress: bool = False,
 ) -> list[JobRun]:
-    """Every job for every agent (default: all agents in ``mem_agents``), job by job."""
+    """Every job for every agent (default: all agents in ``mem_agents``), job by job; with
+    several cells (ADR-0028), one pass per cell on that cell's store."""
+    cells = getattr(ctx.memory, "cells", None)
+    if cells is not None and len(cells) > 1:
+        out: list[JobRun] = []
+        for cell in cells:
+            mine = None if agents is None else [a for a in agents if ctx.memory.cell(a) is cell]
+            if mine != []:
+                out += _run_cell_pass(replace(ctx, memory=cell), jobs, mine, progress)
+        return out
+    return _run_cell_pass(ctx, jobs, agents, progress)
+
+
+def _run_cell_pass(
+    ctx: JobContext, jobs: Sequence[Job], agents: Sequence[str] | None, progress: bool
+) -> list[JobRun]:
     ensure_job_tables(ctx.memory)
     agents = list(agents) if agents is not None else list_agents(ctx.memory)
     pairs = [(job, agent) for job in jobs for agent in agents]
