@@ -51,7 +51,7 @@ class CellRouter:
         for cell in self.cells:
             if cell.name == name:
                 return cell
-        raise KeyError(f"no cell named {name!r} (cells: {', '.join(c.name for c in self.cells)})")
+        raise ValueError(f"no cell named {name!r} (cells: {', '.join(c.name for c in self.cells)})")
 
     def each(self, fn: Callable[[Cell], T]) -> list[T]:
         return [fn(cell) for cell in self.cells]

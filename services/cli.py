@@ -168,16 +168,17 @@ def retrieve(
 @app.command()
 def rebuild(
     projection: Annotated[str | None, typer.Option(help="one read model, e.g. memory (default: all)")] = None,
+    cell: Annotated[str | None, typer.Option(help="one cell by name (ENGRAMDB_CELLS; default: all)")] = None,
     as_json: Json = False,
 ) -> None:
     """Drop and rebuild read models from the event log (the report is JSON either way;
-    ``--json`` prints it on one line and no progress bar)."""
+    ``--json`` prints it on one line and no progress bar); every cell, one after another."""
     from engramdb.projections.read_models import select
 
     with cli_user_errors():
         select(projection)  # an unknown name fails before anything is opened or stopped
         with _open_memory(start_projectors=False) as memory:
-            report = memory.rebuild(projection=projection, progress=not as_json)
+            report = memory.rebuild(projection=projection, progress=not as_json, cell=cell)
     typer.echo(report.model_dump_json(indent=None if as_json else 2))
 
 

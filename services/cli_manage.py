@@ -155,7 +155,7 @@ def delete_fact(
         check_agent_id(agent)
         with _memory() as memory:
             result = memory.delete_fact(agent, fact, actor=actor, via="cli")
-            memory.wait_for_projections(result.position)
+            memory.wait_for_projections(result.position, agent_id=agent)
     typer.echo(result.model_dump_json() if as_json else f"retracted {fact} (position {result.position})")
 
 
@@ -172,7 +172,7 @@ def forget_agent(
             raise typer.Exit(1)
         with _memory() as memory:
             result = memory.forget_agent(agent, actor=actor, via="cli")
-            memory.wait_for_projections(result.position)
+            memory.wait_for_projections(result.position, agent_id=agent)
     typer.echo(
         result.model_dump_json()
         if as_json
@@ -196,7 +196,7 @@ def erase(
             raise typer.Exit(1)
         with _memory() as memory:
             result = memory.erase_agent(agent, actor=actor, via="cli")
-            memory.wait_for_projections(result.position or None)
+            memory.wait_for_projections(result.position or None, agent_id=agent)
     typer.echo(
         result.model_dump_json()
         if as_json

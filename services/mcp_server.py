@@ -152,7 +152,7 @@ def build_server(
                 dry_run=dry_run,
             )
             if not dry_run:
-                m.wait_for_projections(result.position, timeout=wait_timeout)
+                m.wait_for_projections(result.position, timeout=wait_timeout, agent_id=agent_id)
             return result
 
         result: WriteResult = await _call(run)
@@ -229,7 +229,7 @@ def build_server(
 
         def run() -> DeleteResult:
             result: DeleteResult = m.delete_fact(agent_id, fact_id, actor=who, via="mcp")
-            m.wait_for_projections(result.position, timeout=wait_timeout)
+            m.wait_for_projections(result.position, timeout=wait_timeout, agent_id=agent_id)
             return result
 
         result: DeleteResult = await _call(run)
