@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -122,7 +122,7 @@ class Memory(SingleCellMixin, ManageMixin):
         self.nats_url: str | None = None  # the broker this process uses (set by ``serve``)
         self.feedback: Any = None  # retrieval notices for the jobs (``enable_feedback``)
 
-    def _restart_counter(self, cell: str | None) -> Any:
+    def _restart_counter(self, cell: str | None) -> Callable[[str], None]:
         def count(name: str) -> None:
             self.metrics.projector_restarts.labels(name if cell is None else f"{cell}/{name}").inc()
         return count
@@ -163,6 +163,8 @@ class Memory(SingleCellMixin, ManageMixin):
         ``env`` (eventsourcing's ``POSTGRES_*`` variables) wins over ``database_url``, which
         wins over ``settings``. ``llm`` defaults to the one configured in settings (``None``
         when no key/base URL); pass ``llm=None`` to force the offline extractor.
+        ``settings.cells`` (``ENGRAMDB_CELLS``) hashes agents over several stores derived from
+        that database (ADR-0028); unset, the one store is exactly that database and schema.
         """
         settings = settings or load_settings()
         if env is not None:
