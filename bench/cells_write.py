@@ -12,7 +12,7 @@ threads each owning its own agents:
 Rounds alternate 1 cell / 2 cells; prints messages/s per round, the medians and the ratio
 2 cells / 1 cell, and the load average (the box is shared: compare only within a run).
 
-    python -m bench.cells_write [--writers 8] [--messages 400] [--rounds 3] [--database-url URL]
+    python -m bench.cells_write [--writers 8] [--messages 400] [--rounds 5] [--database-url URL]
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--writers", type=int, default=8)
     parser.add_argument("--messages", type=int, default=400)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--database-url", default=None)
     args = parser.parse_args()
     with database_url(args.database_url, "engramdb-cells-") as url:
@@ -76,6 +76,8 @@ def main() -> None:
                                    start_projectors=False)
                     for n, base in bases.items()}
         try:
+            for memory in memories.values():
+                memory.rebuild()  # an empty log: creates the read-model tables pre-retrieval reads
             load_before = os.getloadavg()[0]
             for mode in ("record", "write"):
                 rates: dict[int, list[float]] = {1: [], 2: []}
