@@ -183,15 +183,15 @@ class Memory(SingleCellMixin, ManageMixin):
         metrics = Metrics()
         chosen_llm = metrics.count_llm_errors(make_llm(settings) if llm is _UNSET else llm)
         chosen_embedder = embedder or make_embedder(settings)
+        notice = False
         if extractor is None:
             if chosen_llm is not None:
                 extractor = LLMExtractor(chosen_llm, timeout_sec=settings.llm_timeout_sec)
             else:
                 extractor = RuleBasedExtractor()
-                if not quiet:
-                    print(OFFLINE_NOTICE, file=sys.stderr)
+                notice = not quiet
         try:
-            return cls(
+            memory = cls(
                 cells=cell_databases(database, parse_cells(settings.cells, database.schema)),
                 embedder=chosen_embedder,
                 llm=chosen_llm,
@@ -206,6 +206,9 @@ class Memory(SingleCellMixin, ManageMixin):
             if database.handle is not None:
                 database.handle.stop()
             raise
+        if notice:  # once the database answered: an unreachable one is the only error shown
+            print(OFFLINE_NOTICE, file=sys.stderr)
+        return memory
 
     def __enter__(self) -> Memory:
         return self
