@@ -153,6 +153,7 @@ def retrieve(
         _check_agent(agent)
         moment = _parse_time(as_of)
         with _open_memory() as memory:
+            memory.wait_for_projections(agent_id=agent)  # like list-facts: see every write so far
             result = memory.retrieve(agent, query, as_of=moment)
     if as_json:
         typer.echo(result.model_dump_json(exclude=None if show_trace else {"trace"}))
