@@ -36,7 +36,10 @@ def run(
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     settings = load_settings()
-    with Memory.open(settings, start_projectors=False, quiet=True) as memory:
+    # projectors here too: the jobs wait for their own events to be projected (importance
+    # reads the patterns consolidation saved). With a server running they stand by (ADR-0020
+    # election, nothing runs twice); with none, this process projects (ADR-0030)
+    with Memory.open(settings, quiet=True) as memory:
         ctx = JobContext(memory, nats_url=resolve_nats(settings), prefix=settings.subject_prefix,
                          timeout_sec=settings.job_timeout_sec,
                          summary_refresh_interval_days=settings.summary_refresh_interval_days,
