@@ -349,6 +349,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="leave-one-conversation-out choice among the grid's retrieve config_overrides "
         "(bench/locomo_cv.py); writes locomo-<mode>-cv.{md,json}",
     )
+    p.add_argument(
+        "--jobs",
+        default="none",
+        metavar="all|none|JOB[,JOB]",
+        help="sleep-time jobs run over every agent after its ingest, before its questions "
+        "(ADR-0030; default: none)",
+    )
     p.add_argument("--skip-engramdb", action="store_true", help="baselines only")
     p.add_argument("--skip-baselines", action="store_true", help="engramdb only")
     p.add_argument(
@@ -358,6 +365,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--data-dir", type=Path, default=None, help="embedded servers' dir (default: temp, removed)"
     )
     return p
+
+
+def job_names(spec: str) -> tuple[str, ...]:
+    """``--jobs``: ``none`` → (), ``all`` → every registered job, else a comma list."""
+    from engramdb.services.jobs import BY_NAME, JOBS, select
+
+    if spec.strip() in ("", "none"):
+        return ()
+    if spec.strip() == "all":
+        return tuple(j.name for j in JOBS)
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    select(names)  # ValueError naming the unknown ones
+    return tuple(n for n in BY_NAME if n in names)  # the registry's order
 
 
 def _settings(args: argparse.Namespace, data_dir: Path | None) -> Any:
@@ -431,6 +451,11 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError) as exc:  # GridError, JSON errors, a missing file
             print(f"--cv {args.cv}: {exc}", file=sys.stderr)
             return 2
+    try:
+        jobs = job_names(args.jobs)
+    except ValueError as exc:
+        print(f"--jobs: {exc}", file=sys.stderr)
+        return 2
     everything = load_locomo(args.data)
     conversations = subset(
         everything,
@@ -489,6 +514,7 @@ def main(argv: list[str] | None = None) -> int:
                     embedder=None if args.skip_baselines else embedder,
                     ablate=args.ablate,
                     cv_candidates=candidates,
+                    jobs=jobs,
                 )
             finally:
                 memory.close()
@@ -515,6 +541,7 @@ def main(argv: list[str] | None = None) -> int:
         "retrieve_overrides": args.retrieve_overrides or {},
         "ablate": bool(args.ablate),
         "cv_grid": str(args.cv) if args.cv else None,
+        "jobs": list(jobs),
         "seconds": round(total_s, 1),
         "run_id": run_id,
         "command": "engramdb bench locomo " + " ".join(sys.argv[1:] if argv is None else argv),

@@ -118,6 +118,24 @@ def summarise_ingest(ingest: dict[str, Any], extractor: Any) -> dict[str, Any]:
     return ingest
 
 
+def run_jobs(memory: Any, agent_id: str, names: Sequence[str], totals: dict[str, Any]) -> float:
+    """``--jobs``: one pass of the sleep-time jobs over the just-ingested agent (no broker:
+    the feedback job has nothing to read — LoCoMo has no retrieval feedback), then the read
+    models wait for their events. Adds seconds/events per job to ``totals``."""
+    from engramdb.services.jobs import JobContext, select
+    from engramdb.services.jobs.runner import run_pass
+
+    start = time.perf_counter()
+    for run in run_pass(JobContext(memory, nats_url=None, timeout_sec=900.0), select(list(names)),
+                        [agent_id]):
+        entry = totals.setdefault(run.job, {"seconds": 0.0, "events": 0, "failed": 0})
+        entry["seconds"] = round(entry["seconds"] + run.seconds, 2)
+        entry["events"] += run.events
+        entry["failed"] += int(run.status in ("failed", "timeout"))
+    memory.wait_for_projections(timeout=900.0)
+    return time.perf_counter() - start
+
+
 def run_facts_cosine(
     memory: Any, conv: Conversation, agent_id: str, embedder: Any, run: SystemRun
 ) -> int:
@@ -244,13 +262,15 @@ def run_engramdb(
     embedder: Any = None,
     ablate: bool = False,
     cv_candidates: Sequence[Candidate] = (),
+    jobs: Sequence[str] = (),
     on_progress: Callable[[str], None] = log,
 ) -> tuple[dict[str, SystemRun], dict[str, dict[str, Any]], dict[str, SystemRun]]:
     """Ingest each conversation as one agent, then ask its questions. Returns the headline
     run (``engramdb``, merged with ``merge``), one diagnostic run per other merge and, with
     ``embedder``, the ``facts-cosine`` reference over the same stored facts; plus, with
     ``ablate``, the ablation table's entries (asked after every conversation is in); plus, with
-    ``cv_candidates``, one run per grid candidate (``bench/locomo_cv.py``), asked likewise."""
+    ``cv_candidates``, one run per grid candidate (``bench/locomo_cv.py``), asked likewise.
+    ``jobs``: sleep-time jobs run over each agent after its ingest, before its questions."""
     runs = {m: SystemRun(ENGRAMDB if m == merge else f"{ENGRAMDB}[{m}]") for m in MERGES}
     headline = runs[merge]
     facts_cosine = SystemRun(FACTS_COSINE) if embedder is not None else None
@@ -269,10 +289,14 @@ def run_engramdb(
     }
     units_seen = {"facts": 0, "events": 0, "queries": 0}
     agent_ids: dict[str, str] = {}
+    job_totals: dict[str, Any] = {}
     n_facts = 0
     for conv in conversations:
         agent_id = agent_ids[conv.sample_id] = f"locomo-{conv.sample_id}-{run_id}"
         elapsed = ingest_conversation(memory, conv, agent_id, ingest)
+        if jobs:
+            job_s = run_jobs(memory, agent_id, jobs, job_totals)
+            on_progress(f"engramdb: {conv.sample_id} jobs {', '.join(jobs)} in {job_s:.0f}s")
         on_progress(
             f"engramdb: {conv.sample_id} ingested {len(conv.turns)} turns in {elapsed:.0f}s; asking "
             f"{len(scorable(conv))} questions"
@@ -296,6 +320,8 @@ def run_engramdb(
     summarise_ingest(ingest, getattr(memory, "extractor", None))
     n_queries = max(1, units_seen["queries"])
     headline.extra["ingest"] = ingest
+    if jobs:
+        headline.extra["jobs"] = job_totals
     headline.extra["mean_units_returned"] = {
         "facts": units_seen["facts"] / n_queries,
         "events": units_seen["events"] / n_queries,

@@ -9,7 +9,9 @@ memory finds the same patterns and emits nothing:
 - ``repeated``: a fact stated at least ``CONSOLIDATION_MIN_EVENTS`` (3) times (its
   confirmations), the last within ``LOOKBACK_DAYS`` (7);
 - ``recurring topic``: a subject with at least 3 facts from the last 7 days.
-Not done: periodic events (a weekday/time-of-day detector) and the LLM reviewer.
+- ``periodic`` (``periodic``, ADR-0030): one activity recurring at regular intervals.
+With an LLM configured, ``llm_review`` adds what the LLM finds (``method = llm:<prompt>``,
+its answer in the event; ADR-0030).
 A pattern found before and not now is retired (``PatternRetired``). Texts are English.
 """
 
@@ -20,6 +22,7 @@ from collections import defaultdict
 from datetime import timedelta
 from typing import Any
 
+from engramdb.services.jobs import llm_review, periodic
 from engramdb.services.jobs.base import Job, JobContext
 
 CONSOLIDATION_MIN_EVENTS = 3
@@ -81,17 +84,30 @@ def detect(rows: list[Any]) -> Found:
     return found
 
 
+_TIMES_SQL = """
+SELECT message_id, occurred_at FROM mem_messages WHERE agent_id = %(a)s AND message_id = ANY(%(m)s)
+"""
+
+
 def run(ctx: JobContext, agent_id: str) -> int:
     ctx.memory.wait_for_projections()
     with ctx.memory.pool.connection() as conn:
         rows = conn.execute(_FACTS_SQL, {"a": agent_id}).fetchall()
+        cited = sorted({m for r in rows for m in (r[9] or [])})
+        times = dict(conn.execute(_TIMES_SQL, {"a": agent_id, "m": cited}).fetchall())
     ctx.check_deadline()
     found = detect(rows)
+    found.update(periodic.detect(rows, times, _pid))  # ADR-0030
+    ctx.check_deadline()
+    by_llm, answer = llm_review.review(ctx, agent_id, rows, found)  # ADR-0030: with an LLM
+    found.update(by_llm)
     jobs = ctx.jobs_aggregate(agent_id)
     changed = 0
     for pid, (kind, text, facts, messages, confidence) in sorted(found.items()):
-        method = f"deterministic:{kind.replace(' ', '-')}"
-        changed += jobs.observe_pattern(pid, kind, text, facts, messages, confidence, method)
+        method, output = ((llm_review.METHOD, answer) if pid in by_llm
+                          else (f"deterministic:{kind.replace(' ', '-')}", None))
+        changed += jobs.observe_pattern(pid, kind, text, facts, messages, confidence, method,
+                                        llm_output=output)
     for pid in sorted(set(jobs.patterns) - set(found)):
         changed += jobs.retire_pattern(pid, "its evidence no longer holds")
     if changed:

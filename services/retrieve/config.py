@@ -131,6 +131,15 @@ class RetrieveConfig(BaseModel):
     low_vitality_weight: float = Field(default=1.0, ge=0.0, le=1.0, description="(engramdb, "
         "ADR-0022) factor on the final score of facts the vitality job flagged low; 1.0 = off "
         "(the default, until measured on LoCoMo)")
+    importance_boost: float = Field(default=0.0, ge=0.0, le=1.0, description="(engramdb, "
+        "ADR-0030) facts' final score x(1 - boost*(1 - importance)), turns at importance 0.5: "
+        "the jobs' importance (mem_fact_usage) in any ranking; 0 = off (LoCoMo-CV)")
+    pattern_fact_boost: float = Field(default=0.0, ge=0.0, le=1.0, description="(engramdb, "
+        "ADR-0030) units not cited by an observed pattern score x(1 - boost): the pattern "
+        "evidence steps up; 0 = off (LoCoMo-CV)")
+    profiles_in_context: bool = Field(default=False, description="(engramdb, ADR-0030) an "
+        "'About <entity>' section with the profile (profiles job) of entities the query names, "
+        "within context_max_tokens; result.profiles. Off: SPEC 3.6 injects no profiles")
     # enhance
     spreading_activation_hops: int = Field(default=2, ge=0, le=4)
     spreading_decay_factor: float = Field(default=0.50, ge=0.0, le=1.0)

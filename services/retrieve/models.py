@@ -71,6 +71,16 @@ class ScoredEvent(BaseModel):
     scores: dict[str, float] = Field(default_factory=dict)
 
 
+class EntityProfile(BaseModel):
+    """An entity's profile (profiles job) shown because the query names it (ADR-0030;
+    only with ``profiles_in_context``)."""
+
+    entity_key: str
+    entity_name: str
+    profile: str
+    method: str = Field("", description="who wrote it: 'template-v1' or 'llm:<prompt>'")
+
+
 class RetrieveRequest(BaseModel):
     """One retrieve call as the HTTP and NATS surfaces accept it."""
 
@@ -112,6 +122,8 @@ class RetrieveResult(BaseModel):
     facts: list[ScoredFact] = Field(default_factory=list)
     patterns: list[ScoredPattern] = Field(default_factory=list)
     events: list[ScoredEvent] = Field(default_factory=list)
+    profiles: list[EntityProfile] = Field(default_factory=list,
+                                          description="with profiles_in_context: 'About' profiles")
     plan: RetrievalPlan = Field(default_factory=RetrievalPlan)
     total_candidates: int = 0
     duration_ms: float = 0.0
@@ -120,6 +132,7 @@ class RetrieveResult(BaseModel):
 
 
 __all__ = [
+    "EntityProfile",
     "EntitySource",
     "PlanReason",
     "PlannedEntity",

@@ -32,7 +32,7 @@ from engramdb.domain.agent_id import check_agent_id
 from engramdb.domain.ports import EmbeddingProvider, LLMProvider
 from engramdb.domain.time_range import check_instant
 from engramdb.infra.pgsql import vector_literal
-from engramdb.services.retrieve import enhance, signals
+from engramdb.services.retrieve import enhance, job_levers, profile_section, signals
 from engramdb.services.retrieve.config import RetrieveConfig
 from engramdb.services.retrieve.decompose import fuse_runs, sub_queries
 from engramdb.services.retrieve.fusion import FACT, fuse_candidates
@@ -178,9 +178,12 @@ class Retriever:
             ranked, events, rerank_trace = rerank_candidates(self.llm, q, ranked, events, cfg)
             trace.note(reranker=rerank_trace)
             call.reranked = rerank_trace.get("status") == "ok"
+        ranked, events = job_levers.reweight(self.pool, call, ranked, events)  # ADR-0030
         facts, scored_events = select(call, ranked, events)
         patterns = self._patterns(call, facts, scored_events)
-        context = format_result(call, facts, patterns, scored_events)
+        profiles = profile_section.profiles_for(self.pool, call, plan)
+        context = profile_section.format_with(
+            call, profiles, lambda c: format_result(c, facts, patterns, scored_events))
         return RetrieveResult(
             agent_id=agent_id,
             query=q,
@@ -188,6 +191,7 @@ class Retriever:
             facts=facts,
             patterns=patterns,
             events=scored_events,
+            profiles=profiles,
             plan=plan,
             total_candidates=n_fact_candidates + len(event_rows),
             duration_ms=ms(t0),
