@@ -120,6 +120,18 @@ class AgentJobs(Aggregate):
         low: list[str]
         reference_time: datetime
 
+    class ConsolidationReviewed(Aggregate.Event):
+        """An LLM reviewed the agent's recent facts (ADR-0030). ``input_digest`` hashes the
+        prompt it was given (the same input is never sent again), ``llm_output`` is its raw
+        answer (a replay never asks again; an answer with no pattern is recorded too), and
+        ``pattern_ids`` the ``PatternObserved`` ids it stands behind."""
+
+        agent_id: str
+        method: str
+        input_digest: str
+        llm_output: str
+        pattern_ids: list[str]
+
     @staticmethod
     def create_id(agent_id: str) -> UUID:  # type: ignore[override]
         return agent_jobs_id(agent_id)
@@ -285,6 +297,23 @@ class AgentJobs(Aggregate):
         flagged = set(low)
         for fact_id, score in facts.items():
             known[fact_id] = [bucket_of(score), fact_id in flagged]
+
+
+    def review_consolidation(self, method: str, input_digest: str, llm_output: str,
+                             pattern_ids: list[str]) -> bool:
+        """Record an LLM review unless this input was reviewed with this outcome already."""
+        pattern_ids = sorted(set(pattern_ids))
+        if self.state_of("consolidation_llm").get("review") == [input_digest, pattern_ids]:
+            return False
+        self._consolidation_reviewed(agent_id=self.agent_id, method=method,
+                                     input_digest=input_digest, llm_output=llm_output,
+                                     pattern_ids=pattern_ids)
+        return True
+
+    @event(ConsolidationReviewed)
+    def _consolidation_reviewed(self, agent_id: str, method: str, input_digest: str,
+                                llm_output: str, pattern_ids: list[str]) -> None:
+        self.state_of("consolidation_llm")["review"] = [input_digest, list(pattern_ids)]
 
 
 def is_job_event(event: Any) -> bool:

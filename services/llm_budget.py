@@ -82,3 +82,18 @@ PROFILE_TOKENS = 200
 def profile_max_tokens() -> int:
     """Output bound of the profile-refresh call (one entity)."""
     return PROFILE_TOKENS
+
+
+# * **consolidation** (ADR-0030) — the consolidation job's LLM reviewer answers JSON with at
+#   most ``CONSOLIDATION_MAX_PATTERNS`` (5) patterns: each a sentence of at most 200
+#   characters (50 tokens) plus kind, evidence numbers and confidence (~30 tokens); 40 for
+#   the envelope. A cut answer is not used (``ProviderTruncated``); nothing is recorded and
+#   the next run asks again.
+CONSOLIDATION_MAX_PATTERNS = 5
+CONSOLIDATION_PATTERN_TOKENS = 80
+CONSOLIDATION_ENVELOPE_TOKENS = 40
+
+
+def consolidation_max_tokens() -> int:
+    """Output bound of the consolidation reviewer's call (one agent)."""
+    return CONSOLIDATION_ENVELOPE_TOKENS + CONSOLIDATION_MAX_PATTERNS * CONSOLIDATION_PATTERN_TOKENS

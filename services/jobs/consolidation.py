@@ -18,12 +18,15 @@ A pattern found before and not now is retired (``PatternRetired``). Texts are En
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections import defaultdict
 from datetime import timedelta
 from typing import Any
 
 from engramdb.services.jobs import llm_review, periodic
 from engramdb.services.jobs.base import Job, JobContext
+
+log = logging.getLogger("engramdb.jobs")
 
 CONSOLIDATION_MIN_EVENTS = 3
 LOOKBACK_DAYS = 7.0
@@ -99,10 +102,19 @@ def run(ctx: JobContext, agent_id: str) -> int:
     found = detect(rows)
     found.update(periodic.detect(rows, times, _pid))  # ADR-0030
     ctx.check_deadline()
-    by_llm, answer = llm_review.review(ctx, agent_id, rows, found)  # ADR-0030: with an LLM
-    found.update(by_llm)
     jobs = ctx.jobs_aggregate(agent_id)
-    changed = 0
+    failure: llm_review.ReviewFailed | None = None
+    try:  # ADR-0030: with an LLM configured, what it finds (its answer in the events)
+        by_llm, answer = llm_review.review(ctx, jobs, rows)
+    except llm_review.ReviewFailed as exc:  # fail-safe: the LLM's earlier patterns stand
+        failure, by_llm, answer = exc, {}, None
+        standing = jobs.state_of("consolidation_llm").get("review")
+        for pid in standing[1] if standing else []:
+            if pid in jobs.patterns:
+                text, facts, confidence = jobs.patterns[pid]
+                by_llm[pid] = ("llm", text, facts, [], confidence)
+    found.update(by_llm)
+    changed = int(answer is not None)  # a new review is an event of its own
     for pid, (kind, text, facts, messages, confidence) in sorted(found.items()):
         method, output = ((llm_review.METHOD, answer) if pid in by_llm
                           else (f"deterministic:{kind.replace(' ', '-')}", None))
@@ -112,8 +124,12 @@ def run(ctx: JobContext, agent_id: str) -> int:
         changed += jobs.retire_pattern(pid, "its evidence no longer holds")
     if changed:
         ctx.save(jobs)
+    if failure is not None:
+        log.warning("consolidation of %s: %s", agent_id, failure)
+        raise failure  # recorded as failed; the deterministic patterns are saved
     return changed
 
 
 JOB = Job("consolidation", run,
-          "recurring patterns and contradictions (deterministic) -> PatternObserved")
+          "recurring, periodic and contradicting facts (deterministic; LLM when configured) "
+          "-> PatternObserved")

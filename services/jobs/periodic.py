@@ -36,9 +36,9 @@ MAX_EVIDENCE = 10
 _WORD = re.compile(r"[^\W\d_]{3,}")
 _WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 # words that date an occurrence rather than name the activity
-_TIME_WORDS = frozenset(
-    "today yesterday tonight again week weekend weeks month months year day days time times "
-    "every each last next this recently lately hoje ontem semana mes dia vez vezes".split())
+_TIME_WORD_TEXT = """today yesterday tonight again week weekend weeks month months year day days
+    time times every each last next this recently lately hoje ontem semana mes dia vez vezes"""
+_TIME_WORDS = frozenset(_TIME_WORD_TEXT.split())
 
 
 def signature(text: str, subject_words: frozenset[str] = frozenset()) -> frozenset[str]:
