@@ -1,4 +1,4 @@
-"""Cost of the sleep-time jobs per agent (ADR-0019): seconds per job at 1k / 10k facts.
+"""Cost of the sleep-time jobs per agent (ADR-0019): seconds per job at 1k / 10k / 100k facts.
 
 For each size: one agent with ``n`` facts spread over 20 entities (linked in a ring of
 relationships, so connectivity is not trivial), ``n / 2`` retrieval notices of 10 facts each
@@ -10,7 +10,8 @@ facts recent: 20 recurring topics), then the first pass (``feedback`` consumes e
 of the job events, and a second pass on unchanged memory (idempotent: no event). No LLM is
 called by any job.
 
-    python -m bench.jobs [--sizes 1000 10000]
+    python -m bench.jobs [--sizes 1000 10000]      # add 100000 for the 100k row (ADR-0030;
+                                                   # ~30 min on the shared 2-core box)
 
 Database and NATS: ``ENGRAMDB_DATABASE_URL`` / ``ENGRAMDB_NATS_URL`` if set, else the
 embedded servers; a fresh schema and a fresh subject prefix, both dropped/unused after.

@@ -436,11 +436,16 @@ def test_engramdb_run_adds_facts_cosine_and_the_ablation_table(
     out = tmp_path / "out"
     code = main(
         ["--data", str(data), "--out", str(out), "--embedder", "hash-bow-384"]
-        + ["--database-url", pg_url, "--mode", "observations", "--ablate"]
+        + ["--database-url", pg_url, "--mode", "observations", "--ablate", "--jobs", "all"]
     )
     assert code == 0
     report = json.loads((out / "locomo-observations.json").read_text())
     systems = report["systems"]
+    # --jobs: every job ran over the agent after its ingest (ADR-0030), none failed
+    jobs = systems["engramdb"]["jobs"]
+    assert list(jobs) == list(report["meta"]["jobs"]) and "profiles" in jobs
+    assert all(entry["failed"] == 0 for entry in jobs.values()) and jobs["profiles"]["events"] > 0
+    assert main(["--data", str(data), "--jobs", "nope", "--skip-engramdb"]) == 2
     assert {"engramdb", "bm25", "dense", "hybrid-rrf", "facts-cosine"} <= set(systems)
     facts_cosine = systems["facts-cosine"]
     assert facts_cosine["facts_indexed"] == 3  # the three observations, one unit each
