@@ -421,8 +421,12 @@ def _write_cv(
     fold_of = {q.qid: c.sample_id for c in conversations for q in scorable(c)}
     cv = cv_summary(candidates, {n: r.rows for n, r in candidate_runs.items()}, fold_of)
     references = {n: {"by_category": s["by_category"]} for n, s in summaries.items() if n in REFERENCES}
+    # a context-only candidate (profiles_in_context) moves no recall: its cost is its tokens
+    tokens = {n: round(statistics.fmean(r.context_tokens), 1) for n, r in candidate_runs.items()
+              if r.context_tokens}
     (out / f"{stem}-cv.json").write_text(
-        json.dumps({"meta": meta, "cv": cv, "references": references}, indent=2, allow_nan=True),
+        json.dumps({"meta": meta, "cv": cv, "references": references, "context_tokens_mean": tokens},
+                   indent=2, allow_nan=True),
         encoding="utf-8",
     )
     report = cv_markdown(cv, summaries, meta)

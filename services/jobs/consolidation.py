@@ -2,7 +2,7 @@
 
 Offline and deterministic (no LLM is configured for it yet; ``method`` says
 ``deterministic:<detector>`` so a reader knows what found a pattern). Detectors, over the
-``memory`` read model, with the memory's own clock (the latest fact recorded), so unchanged
+``memory`` read model, with the memory's own clock (the latest time a fact held from or was confirmed), so unchanged
 memory finds the same patterns and emits nothing:
 - ``contradiction``: two or more active facts give one subject's single-valued attribute
   (same ``attribute_key``) different values;
@@ -49,12 +49,18 @@ def _pid(kind: str, key: str) -> str:
     return "p_" + hashlib.sha256(f"{kind}\x00{key}".encode()).hexdigest()[:16]
 
 
+def memory_clock(rows: list[Any]) -> Any:
+    """When the latest thing happened (a fact's ``valid_from`` or confirmation), not when it
+    was stored (ADR-0030): an old conversation ingested today is judged by its own dates."""
+    return max(max(r[7], r[6] or r[7]) for r in rows)
+
+
 def detect(rows: list[Any]) -> Found:
     """The patterns standing in these active-fact rows (pure: tests call it directly)."""
     found: Found = {}
     if not rows:
         return found
-    clock = max(r[8] for r in rows)
+    clock = memory_clock(rows)
     since = clock - timedelta(days=LOOKBACK_DAYS)
     by_attribute: dict[tuple[str, str], list[Any]] = defaultdict(list)
     by_subject: dict[str, list[Any]] = defaultdict(list)

@@ -84,7 +84,7 @@ def recent_facts(rows: list[Any]) -> list[Any]:
     """The active facts the LLM sees: the lookback window's, newest first, at most MAX_FACTS."""
     if not rows:
         return []
-    since = max(r[8] for r in rows) - timedelta(days=LOOKBACK_DAYS)
+    since = max(max(r[7], r[6] or r[7]) for r in rows) - timedelta(days=LOOKBACK_DAYS)
     recent = [r for r in rows if r[7] >= since]
     return sorted(recent, key=lambda r: (r[7], r[0]), reverse=True)[:MAX_FACTS]
 

@@ -4,7 +4,8 @@ Rule ``vitality-v1`` (``domain.vitality``): recency of the fact, recency of its 
 confirmation or use (``last_confirmed_at``, ``mem_fact_usage.last_retrieved_at``) and its
 importance (the importance job's assessment when there is one). Facts under 0.3 are flagged
 as *candidates for consolidation*; nothing is deleted. Measured on the memory's own clock
-(latest fact recorded or retrieval seen), and only facts whose score bucket (0.05) or flag
+(the latest time a fact held from, was confirmed or was used — ADR-0030; not when it was
+recorded), and only facts whose score bucket (0.05) or flag
 changed are sent, so unchanged memory emits nothing. Run after ``importance``.
 """
 
@@ -26,7 +27,9 @@ def run(ctx: JobContext, agent_id: str) -> int:
     ctx.memory.wait_for_projections()
     with ctx.memory.pool.connection() as conn:
         rows = conn.execute(_FACTS_SQL, {"a": agent_id}).fetchall()
-    times = [t for r in rows for t in (r[5], r[3]) if t is not None]
+    # the memory's clock is when things happened, not when they were stored (ADR-0030): an
+    # old conversation ingested today must not make every fact look years stale
+    times = [t for r in rows for t in (r[1], r[2], r[3]) if t is not None]
     if not times:
         return 0
     clock = max(times)
