@@ -5,6 +5,7 @@ detector. Real PostgreSQL from the fixtures; embedder ``HashEmbedder``; no LLM.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from collections.abc import Iterator
@@ -234,3 +235,26 @@ def test_llm_consolidation_recorded_once_and_fail_safe(memory: Memory) -> None:
         methods = [r[0] for r in conn.execute(
             "SELECT method FROM mem_patterns WHERE agent_id = %s ORDER BY method", (good,))]
     assert "llm:consolidation/v1" in methods
+
+
+def test_an_old_conversation_ingested_today_is_judged_by_its_own_dates(memory: Memory) -> None:
+    """Regression (LoCoMo, 2023 conversations stored in 2026): the jobs took "now" from
+    when facts were *stored*, so no fact was ever "recent" and every fact was "stale"."""
+    agent = f"o-{uuid.uuid4().hex[:6]}"
+    mem = memory.app.agent_memory(agent)
+    mem.register_entity("person:ana", "Ana", "person", None, {"by": "t"})
+    then = datetime(2023, 5, 8, tzinfo=UTC)
+    for k, text in enumerate(["Ana adopted a dog", "Ana painted a lake", "Ana ran a race"]):
+        mem.add_fact(dataclasses.replace(_fact(f"o{k}", text), valid_from=then - timedelta(days=k)))
+    memory.app.save(mem)
+    memory.wait_for_projections()
+    ctx = JobContext(memory)
+    run_pass(ctx, [BY_NAME["consolidation"], BY_NAME["vitality"]], [agent])
+    memory.wait_for_projections()
+    with memory.pool.connection() as conn:
+        kinds = [r[0] for r in conn.execute(
+            "SELECT kind FROM mem_patterns WHERE agent_id = %s", (agent,))]
+        low = conn.execute("SELECT count(*) FROM mem_fact_usage WHERE agent_id = %s "
+                           "AND low_vitality", (agent,)).fetchone()[0]
+    assert kinds == ["recurring topic"]  # three facts within a week of the memory's clock
+    assert low == 0  # days old on the memory's clock, not years

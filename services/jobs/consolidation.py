@@ -1,9 +1,9 @@
 """Job ``consolidation``: recurring patterns and contradictions → ``PatternObserved``.
 
-Offline and deterministic (no LLM is configured for it yet; ``method`` says
-``deterministic:<detector>`` so a reader knows what found a pattern). Detectors, over the
-``memory`` read model, with the memory's own clock (the latest time a fact held from or was confirmed), so unchanged
-memory finds the same patterns and emits nothing:
+Deterministic detectors (``method`` says ``deterministic:<detector>`` so a reader knows what
+found a pattern), over the ``memory`` read model, on the memory's own clock (the latest time a
+fact held from or was confirmed; ADR-0030), so unchanged memory finds the same patterns and
+emits nothing:
 - ``contradiction``: two or more active facts give one subject's single-valued attribute
   (same ``attribute_key``) different values;
 - ``repeated``: a fact stated at least ``CONSOLIDATION_MIN_EVENTS`` (3) times (its
