@@ -167,6 +167,19 @@ class AdvisoryLocks:
             self._conn = None
 
 
+def lease_holder(conn: psycopg.Connection[tuple[object, ...]], ns: int, obj: int) -> str | None:
+    """The ``application_name`` of the session holding lease ``(ns, obj)`` (None: free) — for
+    status output: holders name themselves (e.g. host:pid) when they open their lease session."""
+    row = conn.execute(
+        "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+        " WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2"
+        " AND l.classid = %s::oid AND l.objid = %s::oid"
+        " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+        (ns, obj),
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
 @contextlib.contextmanager
 def exclusive(conninfo: str, *parts: str, timeout: float = 120.0) -> Iterator[None]:
     """One process at a time in the block (a blocking advisory lock on its own connection).

@@ -120,6 +120,9 @@ def merge_health(router: CellRouter, reports: Sequence[HealthReport]) -> HealthR
         head=None if None in heads else sum(h or 0 for h in heads), max_lag=first.max_lag,
         projections=projections,
         extraction_pending=None if None in pending else sum(p or 0 for p in pending),
+        extraction_retrier="; ".join(f"cell {cell.name}: {r.extraction_retrier}" for cell, r
+                                     in zip(router.cells, reports, strict=True)
+                                     if r.extraction_retrier) or None,  # ADR-0029
     )
 
 

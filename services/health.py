@@ -68,6 +68,11 @@ class HealthReport(BaseModel):
         description="messages an LLM outage left unextracted (ADR-0014); informational: "
         "they are re-extracted when the LLM answers, readiness does not depend on them",
     )
+    extraction_retrier: str | None = Field(
+        default=None,
+        description="the process re-extracting pending messages ('engramdb-retrier host:pid', "
+        "ADR-0029); None: none runs (no `serve` with an LLM)",
+    )
 
 
 def check_database(pool: ConnectionPool, timeout: float = DEFAULT_TIMEOUT) -> ComponentHealth:
@@ -199,5 +204,7 @@ def format_report(report: HealthReport) -> str:
     if report.extraction_pending is not None:
         lines.append(f"extraction pending: {report.extraction_pending} message(s)"
                      + ("  (see `engramdb pending`)" if report.extraction_pending else ""))
+    if report.extraction_retrier is not None:
+        lines.append(f"extraction retrier: {report.extraction_retrier}")
     lines.extend(f"! {reason}" for reason in report.reasons)
     return "\n".join(lines)

@@ -47,6 +47,7 @@ from engramdb.services.cells import (
 )
 from engramdb.services.extraction import Extractor, LLMExtractor, RuleBasedExtractor
 from engramdb.services.extraction.rule_based import OFFLINE_NOTICE
+from engramdb.services.extraction_retrier import retrier_holder
 from engramdb.services.health import DEFAULT_MAX_LAG, HealthReport, check_health
 from engramdb.services.manage_commands import dry_run_write
 from engramdb.services.memory_manage import ManageMixin
@@ -323,6 +324,8 @@ class Memory(SingleCellMixin, ManageMixin):
         if report.database.status == "up":  # informational (ADR-0014), not a readiness condition
             with contextlib.suppress(Exception):
                 report.extraction_pending = count_pending(cell.pool)
+            with contextlib.suppress(Exception), cell.pool.connection(timeout=timeout) as conn:
+                report.extraction_retrier = retrier_holder(conn, cell.schema)  # ADR-0029
         return report
 
     def _lag_snapshot(self) -> LagSnapshot:
