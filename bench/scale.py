@@ -288,9 +288,15 @@ def main(argv: list[str] | None = None) -> None:
                                      llm_url if extractor == "llm" else None)
                         print(f"run {run + 1}: ", end="")
                         samples.append(measure(cfg, extractor, n))
+            if samples:
+                print(report(samples, []), flush=True)  # before the long rebuilds
             for size in [int(s) for s in args.rebuild.split(",") if s]:
                 print(f"rebuild at {size:,} events (load {os.getloadavg()[0]:.1f}) ...", flush=True)
-                figures.append(rebuild_figures(pg_url, size))
+                try:
+                    figures.append(rebuild_figures(pg_url, size))
+                except (SystemExit, Exception) as exc:  # noqa: BLE001 - keep the other figures
+                    print(f"  rebuild at {size:,} failed: {exc}", flush=True)
+                    continue
                 f = figures[-1]
                 print(f"  {f.events:,} events: warm {f.warm_events_per_sec:,.0f} ev/s, cold "
                       f"{f.cold_events_per_sec:,.0f} ev/s, peak RSS {f.warm_peak_rss_mb:,.0f} MB", flush=True)

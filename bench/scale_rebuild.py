@@ -26,6 +26,7 @@ from pathlib import Path
 import psycopg
 
 ROOT = Path(__file__).resolve().parent.parent
+IDLE_TIMEOUT_SEC = 600
 
 GENERATE = """
 import json, sys
@@ -83,7 +84,11 @@ def rebuild_figures(pg_url: str, facts: int) -> RebuildFigures:
     schema = f"scale_rb_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{schema}"')
-    env = json.dumps(es_env_from_url(pg_url, schema))
+    # eventsourcing ends a session idle in a transaction for 5 s; the rebuild on main folds rows
+    # in Python inside its write transaction, which on a box at load 20 took longer (the run
+    # aborted at 100k). Longer here so a loaded box measures instead of aborting (reported).
+    env = json.dumps({**es_env_from_url(pg_url, schema),
+                      "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": str(IDLE_TIMEOUT_SEC)})
     try:
         started = time.monotonic()
         _child(GENERATE, env, str(facts), str(max(20, facts // 5000)))
