@@ -216,7 +216,9 @@ def _median(xs: list[float]) -> float:
 
 
 def report(samples: list[Sample], figures: list[RebuildFigures]) -> str:
-    lines = ["(a) messages/s through NATS to visible facts (median over runs; × = vs 1 process)", "",
+    lines: list[str] = []
+    if samples:
+        lines += ["(a) messages/s through NATS to visible facts (median over runs; × = vs 1 process)", "",
              "| extractor | serve processes | msg/s (runs) | median | × 1 process | agents out of order |",
              "|---|---:|---|---:|---:|---:|"]
     keys = sorted({(s.extractor, s.processes) for s in samples})
@@ -226,7 +228,7 @@ def report(samples: list[Sample], figures: list[RebuildFigures]) -> str:
         base = med.get((k[0], 1), float("nan"))
         lines.append(f"| {k[0]} | {k[1]} | {' / '.join(f'{s.rate:.0f}' for s in runs)} | "
                      f"{med[k]:.0f} | {med[k] / base:.2f} | {sum(s.out_of_order for s in runs)} |")
-    lines += ["", "(b) retrieve p95 (HTTP, one client) idle vs while messages stream in",
+    lines += [] if not samples else ["", "(b) retrieve p95 (HTTP, one client) idle vs while messages stream in",
               "", "| extractor | serve processes | p95 idle ms | p95 under writes ms | × idle "
               "| writes msg/s meanwhile |", "|---|---:|---:|---:|---:|---:|"]
     for k in keys:
