@@ -21,7 +21,9 @@ DEFAULT_SCORE_WEIGHTS: dict[str, float] = {"semantic": 0.70, "recency": 0.20, "i
 # graph and spreading activation reached, by their strength; ``fact_aggregation`` the facts
 # about entities of the type an aggregation query asks for ("who are my friends?", SPEC
 # §3.1; LoCoMo has almost none, so its weight is not cross-validated); ``fact_formula``
-# the spec's score formula (semantic + keyword + graph + spreading + aggregation) as one more list.
+# the spec's score formula (semantic + keyword + graph + spreading + aggregation) as one more list;
+# ``fact_subject`` / ``message_subject`` the subject sweep (ADR-0025): the facts and turns of
+# the person a question names, ranked by the question without the name (0 = not run).
 DEFAULT_RRF_WEIGHTS: dict[str, float] = {
     "fact_semantic": 1.0,
     "fact_keyword": 1.0,
@@ -30,6 +32,8 @@ DEFAULT_RRF_WEIGHTS: dict[str, float] = {
     "fact_formula": 0.0,
     "message_semantic": 1.0,
     "message_keyword": 1.0,
+    "fact_subject": 0.0,
+    "message_subject": 0.0,
 }
 # How much each non-semantic signal can raise the relevance term (noisy-OR, ADR 0006).
 # Measured on LoCoMo dev (ADR 0006): keyword (IDF-weighted) earns its 0.50; graph, spreading
@@ -106,6 +110,13 @@ class RetrieveConfig(BaseModel):
     drop_hedges: bool = Field(default=True,
         description="(engramdb) rank fusion: BM25 ignores hedge words ('would', 'likely', 'considered', "
         "'talvez') of the query (ADR-0021, chosen by LOCO-CV)")
+    subject_sweep_scope: Literal["list", "any"] = Field(default="list",
+        description="(engramdb) subject sweep (rrf_weights fact_subject / message_subject > 0, "
+        "ADR-0025): 'list' only for questions asking for several things ('what activities has "
+        "X done?', 'how many', 'both'); 'any' whenever the question names one or two entities")
+    subject_sweep_per_session: int = Field(default=0, ge=0, le=100,
+        description="(engramdb) subject sweep: at most this many units per session (facts: per "
+        "day) in its lists, so they span sessions; 0 = no cap")
     recency_half_life_days: float = Field(default=14.0, gt=0.0, le=36_500.0)
     confidence_half_life_days: float = Field(default=180.0, gt=0.0, le=36_500.0, description="(engramdb)")
     confidence_decay_floor: float = Field(default=0.80, ge=0.0, le=1.0, description="(engramdb) confidence never decays below this share"

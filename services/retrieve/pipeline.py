@@ -32,7 +32,7 @@ from engramdb.domain.agent_id import check_agent_id
 from engramdb.domain.ports import EmbeddingProvider, LLMProvider
 from engramdb.domain.time_range import check_instant
 from engramdb.infra.pgsql import vector_literal
-from engramdb.services.retrieve import enhance, job_levers, profile_section, signals
+from engramdb.services.retrieve import enhance, job_levers, profile_section, signals, subject_sweep
 from engramdb.services.retrieve.config import RetrieveConfig
 from engramdb.services.retrieve.decompose import fuse_runs, sub_queries
 from engramdb.services.retrieve.fusion import FACT, fuse_candidates
@@ -241,6 +241,7 @@ class Retriever:
         f_events = self._workers.submit(self._events_signal, call) if call.cfg.topk_events > 0 else None
         f_side, keyword = self._start_side_signals(call, conn)
         plan, lookup, anchor = plan_stage(call, conn)
+        swept = subject_sweep.start(call, plan, lambda text: self._workers.embed(self._embed, text))
         # graph and spreading only feed the formula and the graph list: when rank fusion gives
         # both no weight, their statements would be spent on nothing
         structure = call.cfg.ranking == "formula" or any(
@@ -262,6 +263,8 @@ class Retriever:
         call.trace.note(graph_entities={str(h): sorted(k for k, n in graph_nodes.items() if n.hop == h)
                                         for h in sorted({n.hop for n in graph_nodes.values()})})
         signal_map, structural = merge(semantic, keyword, graph_hits, aggregation)
+        for fid in subject_sweep.finish(call, conn, swept, qvec, self.exact_search_rows):
+            signal_map.setdefault(fid, {})
         ranked, n_merged = self._hydrate_and_rank(call, conn, signal_map, structural, qvec, anchor)
         if not self._workers.concurrent and call.cfg.topk_events > 0:  # no workers: messages here
             f_events = done(self._events_on(conn, call))
@@ -384,6 +387,11 @@ class Retriever:
         call.trace.timings["events"] = 0.0
         if f_events is not None:
             event_signals, event_rows, call.trace.timings["events"] = f_events.result()
+        known = {row[0] for row in event_rows}
+        for row in call.subject_rows:  # the subject sweep's turns (ADR-0025)
+            event_signals.setdefault(row[0], {})["subject"] = 1.0
+            if row[0] not in known:
+                event_rows = [*event_rows, row]
         call.trace.count(events=len(event_rows))
         return rank_events(event_rows, event_signals, call.cfg, call.floor, anchor), event_rows
 

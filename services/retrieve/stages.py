@@ -42,6 +42,7 @@ class Call:
     # ranking="rrf": list name -> (unit kind, ids best first), filled by the signal stages
     lists: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
     reranked: bool = False  # the LLM reranker scored this call's candidates
+    subject_rows: list[tuple[Any, ...]] = field(default_factory=list)  # turns the subject sweep found
 
     def query_vector(self) -> str | None:
         """For the workers: the vector, or ``None`` if embedding failed (the main thread

@@ -1,0 +1,216 @@
+"""The subject sweep: when a question is about one or two named people or things, their own
+facts and turns ranked against the question *without their names* — one more pair of ranked
+lists for rank fusion (``fact_subject``, ``message_subject``; ADR-0025).
+
+Why: list questions about one person ("What activities has Melanie done with her family?",
+"Which places has Tim been to?") have their evidence in turns that name the specific thing
+("we went camping", "my trip to London"), not the question's words. In the query embedding
+the person's name dominates: every short fact or turn of that person is about as near as the
+evidence ("Tim is working on his studies" was the nearest fact to the places question), and
+BM25 matches the name in every turn they said. Restricting to the subject turns the name
+into a filter; the rest of the question ("which places has they been to?", embedded once
+more) then ranks the subject's facts and turns by what they say.
+
+Pure parts (who the subject is, the name-less question, the list-question gate, the
+per-session cap) are functions here; ``sweep`` is the only I/O: two statements on the
+request's connection.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from engramdb.domain.keys import fold
+from engramdb.services.retrieve.fusion import EVENT, FACT
+from engramdb.services.retrieve.models import RetrievalPlan
+from engramdb.services.retrieve.signals.messages import message_rows
+from engramdb.services.retrieve.signals.shared import (
+    batch,
+    fact_visibility,
+    message_visibility,
+    nearest_cte,
+    set_hnsw,
+)
+from engramdb.services.retrieve.stages import Call
+
+MAX_SUBJECTS = 2  # "What do Jon and Gina both like?" sweeps both; three or more: not about one subject
+
+# Questions asking for a list or a count (EN + PT): a plural noun right after what/which
+# (before the verb), "how many", "what kinds of", "what has X done", "both", "in common".
+_AUX = r"(?:has|have|had|does|do|did|is|are|was|were|can|could|would|will|tem|teve|fez|sao|foram|e)"
+_LIST_CUES = [
+    re.compile(p)
+    for p in (
+        r"^(?:what|which)\s+(?:\w+[\s/-]+){0,3}?\w{3,}s\s+" + _AUX + r"\b",
+        r"\bhow many\b",
+        r"\b(?:kinds?|types?|sorts?) of\b",
+        r"^what (?:has|have)\b",
+        r"\bboth\b",
+        r"\bin common\b",
+        r"\b(?:quais|quantos|quantas|que tipos? de|ambos|ambas|em comum)\b",
+    )
+]
+
+
+def is_list_question(query: str) -> bool:
+    """A question that asks for several things (or how many) rather than one."""
+    folded = " ".join(re.findall(r"[\w'/-]+", fold(query)))
+    return any(p.search(folded) for p in _LIST_CUES)
+
+
+@dataclass(frozen=True)
+class Subject:
+    """Who the question is about: entity keys, the names that may be a turn's speaker, and
+    the question with those names replaced by a pronoun."""
+
+    entity_keys: tuple[str, ...]
+    speakers: tuple[str, ...]  # folded display names / matched aliases
+    stripped_query: str
+
+
+def without_names(query: str, names: Sequence[str]) -> str:
+    """The question with each name (and its possessive) replaced by "they" / "their":
+    a pronoun keeps the sentence's shape, which the embedding reads better than a gap."""
+    out = query
+    for name in sorted({n for n in names if n.strip()}, key=len, reverse=True):
+        pattern = re.escape(name).replace(r"\ ", r"\s+")
+        out = re.sub(rf"\b{pattern}(?:'s|’s|')(?=\W|$)", "their", out, flags=re.IGNORECASE)
+        out = re.sub(rf"\b{pattern}\b", "they", out, flags=re.IGNORECASE)
+    return " ".join(out.split())
+
+
+def subject_of(query: str, plan: RetrievalPlan, scope: str) -> Subject | None:
+    """The named entities of the plan (found in the query itself, not by expansion), when
+    there are one or two and — for ``scope="list"`` — the question asks for a list."""
+    named = [e for e in plan.entities if e.source == "deterministic" and e.in_query]
+    if not named or len(named) > MAX_SUBJECTS:
+        return None
+    if scope == "list" and not is_list_question(query):
+        return None
+    names = [n for e in named for n in (e.display_name, e.matched)]
+    stripped = without_names(query, names)
+    if not stripped or fold(stripped) == fold(query):
+        return None
+    return Subject(
+        entity_keys=tuple(sorted({e.entity_key for e in named})),
+        speakers=tuple(sorted({fold(n) for n in names if n})),
+        stripped_query=stripped,
+    )
+
+
+def cap_per_group(ranked: Sequence[tuple[str, Any]], per_group: int) -> list[str]:
+    """Ids best first, at most ``per_group`` of each group (a session, a day); 0 = no cap."""
+    if per_group <= 0:
+        return [i for i, _ in ranked]
+    seen: dict[Any, int] = {}
+    out: list[str] = []
+    for unit_id, group in ranked:
+        n = seen.get(group, 0)
+        if n < per_group:
+            out.append(unit_id)
+        seen[group] = n + 1
+    return out
+
+
+Started = tuple["Subject", Future[tuple[str, float]]]
+
+
+@dataclass
+class SweepOut:
+    fact_ids: list[str] = field(default_factory=list)
+    message_ids: list[str] = field(default_factory=list)
+
+
+def sweep(
+    conn: Any,
+    agent_id: str,
+    subject: Subject,
+    qvec: str,
+    *,
+    as_of: datetime | None,
+    min_confidence: float,
+    limit: int,
+    ef_search: int,
+    per_session: int = 0,
+    exact_rows: int = 0,
+) -> SweepOut:
+    """The subject's facts (by entity) and turns (by speaker), nearest to ``qvec`` (the
+    name-less question's vector) first, at most ``per_session`` per session (facts: per day
+    they became valid). No similarity threshold: the sweep ranks, fusion decides."""
+    fetch = limit * 3 if per_session > 0 else limit
+    facts_where = (f"{fact_visibility(as_of)} AND f.confidence >= %(minc)s"
+                   " AND f.entity_key = ANY(%(keys)s)")
+    msgs_where = f"{message_visibility(as_of)} AND lower(m.speaker) = ANY(%(speakers)s)"
+    params = {"q": qvec, "a": agent_id, "t": as_of, "minc": min_confidence, "n": fetch,
+              "keys": list(subject.entity_keys), "speakers": list(subject.speakers)}
+    with batch(conn):
+        set_hnsw(conn, max(ef_search, fetch))
+        facts = conn.execute(
+            f"WITH {nearest_cte('mem_facts', 'f', 'fact_id', facts_where, exact_rows)}"
+            " SELECT nn.fact_id, (f.valid_from AT TIME ZONE 'UTC')::date FROM nn"
+            " JOIN mem_facts f ON f.agent_id = %(a)s AND f.fact_id = nn.fact_id"
+            " ORDER BY nn.d, nn.fact_id",
+            params,
+        )
+        msgs = conn.execute(
+            f"WITH {nearest_cte('mem_messages', 'm', 'message_id', msgs_where, exact_rows)}"
+            " SELECT nn.message_id, m.session_id FROM nn"
+            " JOIN mem_messages m ON m.agent_id = %(a)s AND m.message_id = nn.message_id"
+            " ORDER BY nn.d, nn.message_id",
+            params,
+        )
+    fact_rows = facts.fetchall()
+    msg_rows = msgs.fetchall()
+    return SweepOut(
+        fact_ids=cap_per_group([(r[0], r[1]) for r in fact_rows], per_session)[:limit],
+        message_ids=cap_per_group([(r[0], r[1]) for r in msg_rows], per_session)[:limit],
+    )
+
+
+# ----- the pipeline's two calls ---------------------------------------------------------
+
+
+def enabled(weights: dict[str, float]) -> bool:
+    return any(weights.get(name, 0.0) > 0.0 for name in ("fact_subject", "message_subject"))
+
+
+def start(call: Call, plan: RetrievalPlan, embed: Callable[[str], Future[tuple[str, float]]]) -> Started | None:
+    """After the plan: the subject, and its name-less question's embedding started on the
+    embedding worker (it runs beside the graph / aggregation statements)."""
+    if call.cfg.ranking != "rrf" or not enabled(call.cfg.rrf_weights):
+        return None
+    subject = subject_of(call.query, plan, call.cfg.subject_sweep_scope)
+    call.trace.note(subject_sweep=None if subject is None else {
+        "entities": list(subject.entity_keys), "query": subject.stripped_query})
+    if subject is None:
+        return None
+    return subject, embed(subject.stripped_query)
+
+
+def finish(call: Call, conn: Any, started: Started | None, qvec: str | None, exact_rows: int) -> list[str]:
+    """Run the sweep: fills ``call.lists`` (``fact_subject``, ``message_subject``) and
+    ``call.subject_rows`` (rows of the swept turns, cosine to the whole question ``qvec``);
+    returns the swept fact ids (to hydrate as candidates)."""
+    if started is None:
+        return []
+    subject, f_vec = started
+    try:
+        vec, call.trace.timings["embed_subject"] = f_vec.result()
+    except Exception as exc:  # fail-safe: no sweep, the other lists still answer
+        call.trace.note(subject_sweep_error=f"{type(exc).__name__}: {str(exc)[:200]}")
+        return []
+    cfg = call.cfg
+    with call.trace.stage("subject_sweep"):
+        out = sweep(conn, call.agent_id, subject, vec, as_of=call.as_of, min_confidence=cfg.min_confidence,
+                    limit=cfg.candidate_pool, ef_search=cfg.hnsw_ef_search,
+                    per_session=cfg.subject_sweep_per_session, exact_rows=exact_rows)
+        call.subject_rows = message_rows(conn, call.agent_id, out.message_ids, qvec)
+    call.lists["fact_subject"] = (FACT, out.fact_ids)
+    call.lists["message_subject"] = (EVENT, out.message_ids)
+    call.trace.count(subject_facts=len(out.fact_ids), subject_messages=len(out.message_ids))
+    return out.fact_ids

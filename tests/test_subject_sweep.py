@@ -1,0 +1,169 @@
+"""The subject sweep (ADR-0025): pure parts (who the question is about, the question without
+the name, the list-question gate, the per-session cap) and, against real PostgreSQL +
+pgvector, that it brings a person's fact that shares no word with the question but the name.
+"""
+
+# ruff: noqa: F811  (pytest fixtures imported from test_retrieve_support)
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from test_retrieve_support import T0, Store, store  # noqa: F401  (fixtures)
+
+from engramdb.infra.providers.scripted import HashEmbedder, bow_tokens
+from engramdb.services.retrieve import Retriever
+from engramdb.services.retrieve.config import RetrieveConfig
+from engramdb.services.retrieve.models import PlannedEntity, RetrievalPlan
+from engramdb.services.retrieve.subject_sweep import (
+    cap_per_group,
+    is_list_question,
+    subject_of,
+    without_names,
+)
+
+
+@pytest.mark.parametrize("query", [
+    "What activities has Melanie done with her family?",
+    "Which geographical locations has Tim been to?",
+    "What European countries has Maria been to?",
+    "How many children does Melanie have?",
+    "What kind of interests do Joanna and Nate share?",
+    "What has Melanie painted?",
+    "What do Jon and Gina both have in common?",
+    "Quais cidades a Rita visitou?",
+])
+def test_list_questions(query: str) -> None:
+    assert is_list_question(query)
+
+
+@pytest.mark.parametrize("query", [
+    "What is Caroline's identity?",
+    "Where did Caroline move from 4 years ago?",
+    "When did Melanie paint a sunrise?",
+    "What does Melanie do to destress?",
+])
+def test_single_answer_questions_are_not_list_questions(query: str) -> None:
+    assert not is_list_question(query)
+
+
+def test_without_names_keeps_the_sentence_shape() -> None:
+    assert without_names("What do Melanie's kids like?", ["Melanie"]) == "What do their kids like?"
+    assert without_names("Which places has Tim been to?", ["Tim", "tim"]) == "Which places has they been to?"
+    assert without_names("What did Marcos Tavares build?", ["Marcos Tavares"]) == "What did they build?"
+    assert without_names("Timothy and Tim", ["Tim"]) == "Timothy and they"  # whole words only
+
+
+def _plan(*entities: PlannedEntity) -> RetrievalPlan:
+    return RetrievalPlan(similarity_query="q", entities=list(entities))
+
+
+def test_subject_of_needs_one_or_two_named_entities_and_for_list_scope_a_list_question() -> None:
+    tim = PlannedEntity(entity_key="person:tim", display_name="Tim", source="deterministic", matched="tim", in_query=True)
+    ana = PlannedEntity(entity_key="person:ana", display_name="Ana", source="deterministic", matched="ana", in_query=True)
+    bob = PlannedEntity(entity_key="person:bob", display_name="Bob", source="deterministic", matched="bob", in_query=True)
+    near = PlannedEntity(entity_key="person:zoe", display_name="Zoe", source="expansion", matched="person:tim")
+    subject = subject_of("Which places has Tim been to?", _plan(tim, near), "list")
+    assert subject is not None
+    assert subject.entity_keys == ("person:tim",) and subject.speakers == ("tim",)
+    assert subject.stripped_query == "Which places has they been to?"
+    assert subject_of("Where does Tim live?", _plan(tim), "list") is None  # not a list question
+    assert subject_of("Where does Tim live?", _plan(tim), "any") is not None
+    assert subject_of("Which places has nobody been to?", _plan(near), "any") is None  # expansion only
+    assert subject_of("What do Tim, Ana and Bob share?", _plan(tim, ana, bob), "any") is None
+    assert subject_of("What do Tim and Ana both like?", _plan(tim, ana), "list") is not None
+
+
+def test_cap_per_group() -> None:
+    ranked = [("a", 1), ("b", 1), ("c", 1), ("d", 2), ("e", 1), ("f", 2)]
+    assert cap_per_group(ranked, 0) == ["a", "b", "c", "d", "e", "f"]
+    assert cap_per_group(ranked, 2) == ["a", "b", "d", "f"]
+
+
+def test_sweep_is_off_by_default_and_bounded() -> None:
+    cfg = RetrieveConfig()
+    assert cfg.rrf_weights["fact_subject"] == 0.0 and cfg.rrf_weights["message_subject"] == 0.0
+    with pytest.raises(ValueError):
+        cfg.with_overrides({"subject_sweep_scope": "everything"})
+    with pytest.raises(ValueError):
+        cfg.with_overrides({"subject_sweep_per_session": -1})
+
+
+# ----------------------------------------------------------------------------- end to end
+
+# A toy *semantic* embedder: HashEmbedder's bag of words, where a few words of one meaning
+# (travel) share one token. It stands in for a real model's "places" ~ "London" closeness,
+# which a bag of words cannot have; deterministic, and every other word is only itself.
+_CONCEPTS = {"places": "travel", "place": "travel", "london": "travel", "trip": "travel"}
+
+
+class ConceptEmbedder(HashEmbedder):
+    def _vector(self, text: str) -> list[float]:
+        tokens = [_CONCEPTS.get(t, t) for t in bow_tokens(text)]
+        return super()._vector(" ".join(tokens))
+
+
+EMBEDDER = ConceptEmbedder(384)
+
+
+@pytest.fixture
+def concept_store(store: Store) -> Store:
+    return Store(store.pool, store.schema, embedder=EMBEDDER)
+
+
+@pytest.fixture
+def concept_retriever(concept_store: Store) -> Iterator[Retriever]:
+    with Retriever(concept_store.pool, EMBEDDER) as r:
+        yield r
+
+
+SWEEP = {"rrf_weights": {"fact_subject": 1.0, "message_subject": 1.0}}
+
+
+def test_the_sweep_brings_the_subjects_fact_that_shares_only_the_name(
+    concept_retriever: Retriever, concept_store: Store, agent_id: str
+) -> None:
+    s = concept_store
+    s.entity(agent_id, "person:tim", "Tim")
+    s.entity(agent_id, "person:ana", "Ana")
+    for i, word in enumerate(["naps", "cooks", "reads", "swims", "runs", "sings"]):
+        s.fact(agent_id, f"f_{word}", "person:tim", f"Tim {word}.", valid_from=T0 - timedelta(days=i))
+    # the evidence: about Tim, a place, and no word of the question but his name
+    evidence = "Tim spent a long rainy week in London with old school friends"
+    s.fact(agent_id, "f_london", "person:tim", evidence, valid_from=T0 - timedelta(days=30))
+    s.fact(agent_id, "f_ana_trip", "person:ana", "Ana planned a trip", valid_from=T0)
+    query = "Which places has Tim been to?"
+    # the question's words: the name dominates, every short fact of Tim is nearer than the evidence
+    q, short, ev = (EMBEDDER.embed_query(t) for t in (query, "Tim naps.", evidence))
+    assert sum(a * b for a, b in zip(q, short, strict=True)) > sum(a * b for a, b in zip(q, ev, strict=True))
+    small = {"candidate_pool": 4, "enable_reranker": False}
+    off = concept_retriever.retrieve(agent_id, query, config_overrides=small)
+    assert "f_london" not in [f.fact_id for f in off.facts]
+    assert "subject_sweep" not in off.trace.get("timings_ms", {})
+    on = concept_retriever.retrieve(agent_id, query, config_overrides={**small, **SWEEP})
+    found = {f.fact_id: f for f in on.facts}
+    assert "f_london" in found and found["f_london"].scores["rank_fact_subject"] == 1.0
+    assert "f_ana_trip" not in found or "rank_fact_subject" not in found["f_ana_trip"].scores  # Tim's only
+    assert on.trace["subject_sweep"]["query"] == "Which places has they been to?"
+    assert all(0.0 < f.score <= 1.0 for f in on.facts)
+
+
+def test_the_sweep_brings_the_subjects_own_turn_and_not_the_other_speakers(
+    concept_retriever: Retriever, concept_store: Store, agent_id: str
+) -> None:
+    s = concept_store
+    s.entity(agent_id, "person:tim", "Tim")
+    for i, word in enumerate(["hello", "thanks", "sure", "great", "cool", "bye"]):
+        s.message(agent_id, f"m_{word}", f"{word}!", T0 - timedelta(minutes=i), speaker="Tim")
+    s.message(agent_id, "m_london", "I spent a long rainy week in London with old school friends",
+              T0 - timedelta(days=3), speaker="Tim")
+    s.message(agent_id, "m_ana", "My trip was lovely", T0 - timedelta(days=2), speaker="Ana")
+    small = {"candidate_pool": 4, "enable_reranker": False, "topk_events": 20}
+    on = concept_retriever.retrieve(agent_id, "Which places has Tim been to?", config_overrides={**small, **SWEEP})
+    ranks = {e.message_id: e.scores.get("rank_message_subject") for e in on.events}
+    assert ranks.get("m_london") == 1.0
+    assert ranks.get("m_ana") is None  # Ana's turn is not Tim's: not in the sweep
+    # same query, same memory, same answer
+    again = concept_retriever.retrieve(agent_id, "Which places has Tim been to?", config_overrides={**small, **SWEEP})
+    assert [(e.message_id, e.score) for e in again.events] == [(e.message_id, e.score) for e in on.events]
