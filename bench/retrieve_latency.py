@@ -28,6 +28,7 @@ embedded PostgreSQL is started in a temp dir (fsync off).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
 import json
 import os
@@ -77,6 +78,10 @@ class InLoopEmbedder:
     def embed_query(self, text: str) -> list[float]:
         if self.model is not None:
             self.model.embed_query(text)
+        if text not in self.vectors:  # a text the pipeline derived (the subject sweep's question
+            # without the name, ADR-0025): a fixed pseudo-random unit vector of the text
+            seed = int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big")
+            self.vectors[text] = unit(np.random.default_rng(seed).normal(size=(1, DIM)))[0].tolist()
         return self.vectors[text]
 
 

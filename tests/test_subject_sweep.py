@@ -84,6 +84,7 @@ def test_cap_per_group() -> None:
 def test_sweep_is_off_by_default_and_bounded() -> None:
     cfg = RetrieveConfig()
     assert cfg.rrf_weights["fact_subject"] == 0.0 and cfg.rrf_weights["message_subject"] == 0.0
+    assert cfg.subject_sweep_only_subject and cfg.subject_sweep_scope == "list"
     with pytest.raises(ValueError):
         cfg.with_overrides({"subject_sweep_scope": "everything"})
     with pytest.raises(ValueError):
@@ -164,6 +165,11 @@ def test_the_sweep_brings_the_subjects_own_turn_and_not_the_other_speakers(
     ranks = {e.message_id: e.scores.get("rank_message_subject") for e in on.events}
     assert ranks.get("m_london") == 1.0
     assert ranks.get("m_ana") is None  # Ana's turn is not Tim's: not in the sweep
+    # unrestricted (subject_sweep_only_subject false): the name-less question ranks every turn
+    everyone = concept_retriever.retrieve(agent_id, "Which places has Tim been to?",
+                                          config_overrides={**small, **SWEEP, "subject_sweep_only_subject": False})
+    ranks_all = {e.message_id: e.scores.get("rank_message_subject") for e in everyone.events}
+    assert ranks_all.get("m_ana") is not None and ranks_all.get("m_london") is not None
     # same query, same memory, same answer
     again = concept_retriever.retrieve(agent_id, "Which places has Tim been to?", config_overrides={**small, **SWEEP})
     assert [(e.message_id, e.score) for e in again.events] == [(e.message_id, e.score) for e in on.events]

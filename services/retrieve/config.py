@@ -117,6 +117,9 @@ class RetrieveConfig(BaseModel):
     subject_sweep_per_session: int = Field(default=0, ge=0, le=100,
         description="(engramdb) subject sweep: at most this many units per session (facts: per "
         "day) in its lists, so they span sessions; 0 = no cap")
+    subject_sweep_only_subject: bool = Field(default=True,
+        description="(engramdb) subject sweep: rank only the subject's facts and turns (else every "
+        "fact and turn, by the question without the names)")
     recency_half_life_days: float = Field(default=14.0, gt=0.0, le=36_500.0)
     confidence_half_life_days: float = Field(default=180.0, gt=0.0, le=36_500.0, description="(engramdb)")
     confidence_decay_floor: float = Field(default=0.80, ge=0.0, le=1.0, description="(engramdb) confidence never decays below this share"

@@ -138,14 +138,17 @@ def sweep(
     ef_search: int,
     per_session: int = 0,
     exact_rows: int = 0,
+    only_subject: bool = True,
 ) -> SweepOut:
     """The subject's facts (by entity) and turns (by speaker), nearest to ``qvec`` (the
     name-less question's vector) first, at most ``per_session`` per session (facts: per day
     they became valid). No similarity threshold: the sweep ranks, fusion decides."""
     fetch = limit * 3 if per_session > 0 else limit
-    facts_where = (f"{fact_visibility(as_of)} AND f.confidence >= %(minc)s"
-                   " AND f.entity_key = ANY(%(keys)s)")
-    msgs_where = f"{message_visibility(as_of)} AND lower(m.speaker) = ANY(%(speakers)s)"
+    facts_where = f"{fact_visibility(as_of)} AND f.confidence >= %(minc)s"
+    msgs_where = message_visibility(as_of)
+    if only_subject:
+        facts_where += " AND f.entity_key = ANY(%(keys)s)"
+        msgs_where += " AND lower(m.speaker) = ANY(%(speakers)s)"
     params = {"q": qvec, "a": agent_id, "t": as_of, "minc": min_confidence, "n": fetch,
               "keys": list(subject.entity_keys), "speakers": list(subject.speakers)}
     with batch(conn):
@@ -208,7 +211,8 @@ def finish(call: Call, conn: Any, started: Started | None, qvec: str | None, exa
     with call.trace.stage("subject_sweep"):
         out = sweep(conn, call.agent_id, subject, vec, as_of=call.as_of, min_confidence=cfg.min_confidence,
                     limit=cfg.candidate_pool, ef_search=cfg.hnsw_ef_search,
-                    per_session=cfg.subject_sweep_per_session, exact_rows=exact_rows)
+                    per_session=cfg.subject_sweep_per_session, exact_rows=exact_rows,
+                    only_subject=cfg.subject_sweep_only_subject)
         call.subject_rows = message_rows(conn, call.agent_id, out.message_ids, qvec)
     call.lists["fact_subject"] = (FACT, out.fact_ids)
     call.lists["message_subject"] = (EVENT, out.message_ids)
