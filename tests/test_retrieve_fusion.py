@@ -61,8 +61,11 @@ def test_a_fact_and_the_turn_it_came_from_never_both_take_a_slot(
 def test_graph_list_is_a_switch(retriever: Retriever, store: Store, agent_id: str) -> None:
     load_worked_examples(store, agent_id)
     query = "What happened with Vertix?"
-    off = retriever.retrieve(agent_id, query, config_overrides={"rrf_weights": {"fact_graph": 0.0}})
-    on = retriever.retrieve(agent_id, query, config_overrides={"rrf_weights": {"fact_graph": 1.0}})
+    # the subject sweep (ADR-0025) ranks every fact by the name-less question: off here, so
+    # only the graph list differs between the two calls
+    no_sweep = {"fact_subject": 0.0, "message_subject": 0.0}
+    off = retriever.retrieve(agent_id, query, config_overrides={"rrf_weights": {"fact_graph": 0.0, **no_sweep}})
+    on = retriever.retrieve(agent_id, query, config_overrides={"rrf_weights": {"fact_graph": 1.0, **no_sweep}})
     # Ricardo's fact shares no word or vector with the query: only the graph reaches it
     assert "f_ricardo_cofounder" not in [f.fact_id for f in off.facts]
     ricardo = [f for f in on.facts if f.fact_id == "f_ricardo_cofounder"]

@@ -81,10 +81,11 @@ def test_cap_per_group() -> None:
     assert cap_per_group(ranked, 2) == ["a", "b", "d", "f"]
 
 
-def test_sweep_is_off_by_default_and_bounded() -> None:
+def test_sweep_is_on_by_default_as_cross_validated_and_bounded() -> None:
+    # the default is the grid's `sweep-any-all`, chosen in every fold in both LoCoMo modes (ADR-0025)
     cfg = RetrieveConfig()
-    assert cfg.rrf_weights["fact_subject"] == 0.0 and cfg.rrf_weights["message_subject"] == 0.0
-    assert cfg.subject_sweep_only_subject and cfg.subject_sweep_scope == "list"
+    assert cfg.rrf_weights["fact_subject"] == 1.0 and cfg.rrf_weights["message_subject"] == 1.0
+    assert not cfg.subject_sweep_only_subject and cfg.subject_sweep_scope == "any"
     with pytest.raises(ValueError):
         cfg.with_overrides({"subject_sweep_scope": "everything"})
     with pytest.raises(ValueError):
@@ -119,7 +120,10 @@ def concept_retriever(concept_store: Store) -> Iterator[Retriever]:
         yield r
 
 
-SWEEP = {"rrf_weights": {"fact_subject": 1.0, "message_subject": 1.0}}
+# pinned, not the defaults: these tests show each variant's behaviour, whatever the default is
+SWEEP = {"rrf_weights": {"fact_subject": 1.0, "message_subject": 1.0},
+         "subject_sweep_scope": "list", "subject_sweep_only_subject": True}
+NO_SWEEP = {"rrf_weights": {"fact_subject": 0.0, "message_subject": 0.0}}
 
 
 def test_the_sweep_brings_the_subjects_fact_that_shares_only_the_name(
@@ -139,7 +143,7 @@ def test_the_sweep_brings_the_subjects_fact_that_shares_only_the_name(
     q, short, ev = (EMBEDDER.embed_query(t) for t in (query, "Tim naps.", evidence))
     assert sum(a * b for a, b in zip(q, short, strict=True)) > sum(a * b for a, b in zip(q, ev, strict=True))
     small = {"candidate_pool": 4, "enable_reranker": False}
-    off = concept_retriever.retrieve(agent_id, query, config_overrides=small)
+    off = concept_retriever.retrieve(agent_id, query, config_overrides={**small, **NO_SWEEP})
     assert "f_london" not in [f.fact_id for f in off.facts]
     assert "subject_sweep" not in off.trace.get("timings_ms", {})
     on = concept_retriever.retrieve(agent_id, query, config_overrides={**small, **SWEEP})

@@ -32,8 +32,8 @@ DEFAULT_RRF_WEIGHTS: dict[str, float] = {
     "fact_formula": 0.0,
     "message_semantic": 1.0,
     "message_keyword": 1.0,
-    "fact_subject": 0.0,
-    "message_subject": 0.0,
+    "fact_subject": 1.0,
+    "message_subject": 1.0,
 }
 # How much each non-semantic signal can raise the relevance term (noisy-OR, ADR 0006).
 # Measured on LoCoMo dev (ADR 0006): keyword (IDF-weighted) earns its 0.50; graph, spreading
@@ -110,14 +110,14 @@ class RetrieveConfig(BaseModel):
     drop_hedges: bool = Field(default=True,
         description="(engramdb) rank fusion: BM25 ignores hedge words ('would', 'likely', 'considered', "
         "'talvez') of the query (ADR-0021, chosen by LOCO-CV)")
-    subject_sweep_scope: Literal["list", "any"] = Field(default="list",
+    subject_sweep_scope: Literal["list", "any"] = Field(default="any",
         description="(engramdb) subject sweep (rrf_weights fact_subject / message_subject > 0, "
         "ADR-0025): 'list' only for questions asking for several things ('what activities has "
         "X done?', 'how many', 'both'); 'any' whenever the question names one or two entities")
     subject_sweep_per_session: int = Field(default=0, ge=0, le=100,
         description="(engramdb) subject sweep: at most this many units per session (facts: per "
         "day) in its lists, so they span sessions; 0 = no cap")
-    subject_sweep_only_subject: bool = Field(default=True,
+    subject_sweep_only_subject: bool = Field(default=False,
         description="(engramdb) subject sweep: rank only the subject's facts and turns (else every "
         "fact and turn, by the question without the names)")
     recency_half_life_days: float = Field(default=14.0, gt=0.0, le=36_500.0)
