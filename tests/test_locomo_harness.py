@@ -409,7 +409,13 @@ def _memory_available() -> bool:
 
 @needs_data
 @pytest.mark.skipif(not _memory_available(), reason="engramdb.services.memory not there yet")
-def test_smoke_engramdb_observations_on_the_shared_dev_file(tmp_path: Path, pg_url: str) -> None:
+def test_smoke_engramdb_observations_on_the_shared_dev_file(
+    tmp_path: Path, pg_url: str, fresh_schema: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # its own schema: tables left in the session database's public schema change what other
+    # tests see there (the pre-retrieval test expects no read model on its search path)
+    schema, _env = fresh_schema("locomo_smoke")
+    monkeypatch.setenv("ENGRAMDB_DB_SCHEMA", schema)
     code = main(
         ["--conversations", "1", "--sessions", "2", "--questions", "5", "--mode", "observations"]
         + ["--database-url", pg_url, "--out", str(tmp_path)]
