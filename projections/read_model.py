@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, ClassVar
@@ -195,7 +195,8 @@ class ReadModelView(EventHandlers, PostgresTrackingRecorder):
 class BulkFold(EventHandlers):
     """The view's semantics in memory, over the whole log at once (``projections.rebuild``).
 
-    ``rows(table)`` yields tuples in ``Table.row_columns`` order, for COPY; ``texts()`` are the
+    ``rows(table)`` yields tuples in ``Table.row_columns`` order, for COPY (big tables as a
+    generator: the rows are streamed into COPY, never all built at once); ``texts()`` are the
     texts whose cached vectors the embedded tables need. Handlers are ``@handles`` methods
     taking the event.
     """
@@ -211,7 +212,7 @@ class BulkFold(EventHandlers):
     def texts(self) -> list[str]:
         return []
 
-    def rows(self, table: str) -> list[tuple[Any, ...]]:
+    def rows(self, table: str) -> Iterable[tuple[Any, ...]]:
         raise KeyError(table)
 
 

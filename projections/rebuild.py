@@ -1,53 +1,50 @@
-"""Rebuild read models from the event log, in bulk.
+"""Rebuild read models from the event log, in bulk, without downtime (ADR-0005, ADR-0027).
 
-Read models are disposable: drop a projection's tables and tracking table, replay the log.
-Replaying through the per-event projector costs one transaction per event; bulk mode instead:
+Read models are disposable: replay the log into fresh tables. Replaying through the per-event
+projector costs a transaction per batch; bulk mode instead:
 
-1. reads the notification log in large pages (one pass feeds every projection being rebuilt)
-   and folds it in memory (each read model's ``BulkFold``, same semantics as its view);
-2. embeds only texts missing from the embedding cache (batched, committed on their own so a
+1. **reads** the notification log once, streamed in pages (a reader thread fetches the next page
+   while this one decodes and folds), feeding every rebuilt read model's ``BulkFold`` (same
+   semantics as its view): memory holds the folded rows, never the log;
+2. **embeds** only texts missing from the embedding cache (batched, committed on their own: a
    vector is never paid twice; a warm cache means zero embedder calls);
-3. in ONE transaction per projection: drop + recreate the tables without vector indexes, COPY
-   the rows into a staging table, INSERT them joined to their cached vectors in SQL, build the
-   HNSW indexes after the load (with more ``maintenance_work_mem``), and record the tracking
-   position of the last event folded — rows and position commit together, so the projector
-   resumes exactly after it.
+3. **loads** each read model into a private shadow schema (``projections.shadow``): binary COPY,
+   vectors copied from the cache byte for byte, keys and indexes — HNSW last — built after the
+   load;
+4. **swaps** it in (``projections.swap``): catches the shadow up with events appended meanwhile
+   (applied by the model's own view, exactly once), then, under the live tracking table's lock,
+   drops the live tables and moves the shadow's in, in one short transaction.
 
-Stop the projection's runner first (``ProjectionSet.rebuild`` does); readers of the dropped
-tables block until the rebuild commits rather than seeing a half-built model.
+The live projector, here or in another process, keeps running until the swap and continues on
+the new tables from the very position they record; readers see the old model until the swap
+commits, then the new one — never an empty or half-built one. One rebuild per schema at a time
+(an advisory lock; a second waits).
 """
 
 from __future__ import annotations
 
+import contextlib
+import queue
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from eventsourcing.persistence import Tracking
-from psycopg import sql
+import psycopg
 from pydantic import BaseModel
 
 from engramdb.domain.ports import EmbeddingProvider
+from engramdb.infra.advisory_locks import namespace
 from engramdb.infra.pgsql import set_search_path
-from engramdb.projections.embeddings import (
-    SQL_TEXT_HASH,
-    CountingEmbedder,
-    fill_cache_outside_transactions,
-    text_hash,
-)
-from engramdb.projections.read_model import (
-    BulkFold,
-    ReadModel,
-    ReadModelView,
-    bind_view,
-    datastore_factory,
-)
+from engramdb.projections.embeddings import CountingEmbedder, fill_cache_outside_transactions
+from engramdb.projections.positions import APPLICATION_NAME, _conninfo
+from engramdb.projections.read_model import BulkFold, datastore_factory
 from engramdb.projections.read_models import select
-from engramdb.projections.tables import EMBEDDING_CACHE_DDL, READ_MODEL_META_DDL, Table
+from engramdb.projections.shadow import build_shadow, drop_shadow
+from engramdb.projections.swap import ShadowCatchUp, swap_in
+from engramdb.projections.tables import EMBEDDING_CACHE_DDL, READ_MODEL_META_DDL
 
 PAGE_SIZE = 5000
-MAINTENANCE_WORK_MEM = "512MB"  # the HNSW graph of 100k x 384-d fits: no slow fallback
-PARALLEL_WORKERS = 2
 
 
 class RebuildReport(BaseModel):
@@ -59,11 +56,21 @@ class RebuildReport(BaseModel):
     embed_calls: int
     texts_embedded: int
     rows: dict[str, int]
-    read_seconds: float
+    read_seconds: float  # read + decode + fold
     embed_seconds: float
-    write_seconds: float
-    index_seconds: float
+    write_seconds: float  # everything after embedding: load, indexes, catch-up, swap
+    index_seconds: float  # HNSW builds
     embedding_model: str
+    load_seconds: float = 0.0  # binary COPY into the shadow tables
+    key_index_seconds: float = 0.0  # primary keys, btree and GIN indexes
+    catch_up_events: int = 0  # appended during the rebuild, applied to the shadow
+    swap_seconds: float = 0.0  # the swap transaction(s): what readers may wait for
+
+    @property
+    def fold_load_events_per_sec(self) -> float:
+        """Events per second of read+fold+load (embedding and index builds excluded)."""
+        busy = self.read_seconds + self.load_seconds
+        return self.events / busy if busy > 0 else 0.0
 
 
 def rebuild(
@@ -74,33 +81,43 @@ def rebuild(
     progress: bool = False,
     page_size: int = PAGE_SIZE,
 ) -> RebuildReport:
-    """Drop and rebuild ``projection`` (default: all) from the log; see the module doc."""
+    """Rebuild ``projection`` (default: all) from the log and swap it in; see the module doc."""
     read_models = select(projection)
     names = [rm.name for rm in read_models]
     counting = CountingEmbedder(embedder)
+    live = env.get("POSTGRES_SCHEMA", "public")
+    conninfo = _conninfo(env)
     started = time.perf_counter()
     app = application_class(env)
     try:
-        folds = {rm.name: rm.fold() for rm in read_models}
-        events, position = _read_log(app, folds, page_size, progress)
-        read_done = time.perf_counter()
-        factories = {name: datastore_factory(name, env) for name in names}
-        try:
+        with _rebuild_lock(conninfo, live):
+            folds = {rm.name: rm.fold() for rm in read_models}
+            events, position = _read_log(app, folds, page_size, progress)
+            read_done = time.perf_counter()
             for name in names:
-                _fill_embeddings(factories[name].datastore, counting, folds[name])
+                _fill_embeddings(env, name, live, counting, folds[name])
             embed_done = time.perf_counter()
             rows: dict[str, int] = {}
-            index_seconds = 0.0
+            load = key_index = index = swap = 0.0
+            caught_up = 0
             for rm in read_models:
-                counts, indexing = _write(
-                    factories[rm.name].datastore, rm, counting, folds[rm.name], app.name,
-                    position,
-                )
-                rows.update(counts)
-                index_seconds += indexing
-        finally:
-            for factory in factories.values():
-                factory.close()
+                fold = folds.pop(rm.name)  # freed once loaded
+                built = build_shadow(conninfo, live, rm, fold.rows, embedder.model_id,
+                                     embedder.dimensions, app.name, position)
+                del fold
+                rows.update(built.rows)
+                load += built.load_seconds
+                key_index += built.key_index_seconds
+                index += built.index_seconds
+                catch_up = ShadowCatchUp(app, env, rm, counting, live, built.schema, position)
+                try:
+                    result = swap_in(conninfo, catch_up, rm, live, built.schema,
+                                     embedder.model_id, embedder.dimensions)
+                finally:
+                    catch_up.close()
+                    drop_shadow(conninfo, built.schema)
+                caught_up += result.caught_up
+                swap += result.seconds
     finally:
         app.close()
     done = time.perf_counter()
@@ -117,15 +134,70 @@ def rebuild(
         read_seconds=read_done - started,
         embed_seconds=embed_done - read_done,
         write_seconds=done - embed_done,
-        index_seconds=index_seconds,
+        index_seconds=index,
         embedding_model=embedder.model_id,
+        load_seconds=load,
+        key_index_seconds=key_index,
+        catch_up_events=caught_up,
+        swap_seconds=swap,
     )
+
+
+class _rebuild_lock:
+    """Session advisory lock: one rebuild per schema at a time (they share shadow names)."""
+
+    def __init__(self, conninfo: str, schema: str) -> None:
+        self.conninfo = conninfo
+        self.key = namespace("rebuild", schema, APPLICATION_NAME)
+        self.conn: Any = None
+
+    def __enter__(self) -> None:
+        self.conn = psycopg.connect(self.conninfo, autocommit=True,
+                                    application_name="engramdb-rebuild")
+        self.conn.execute("SELECT pg_advisory_lock(%s)", (self.key,))
+
+    def __exit__(self, *exc: object) -> None:
+        self.conn.close()  # the session ends: the lock is released
+
+
+def _pages(app: Any, stop: int, page_size: int) -> Iterator[list[Any]]:
+    """Pages of notifications up to ``stop``, the next one fetched by a thread while the
+    caller folds this one (the fetch waits on the socket with the GIL released)."""
+    pages: queue.Queue[Any] = queue.Queue(maxsize=2)  # bounded: at most 3 pages in memory
+    done = object()
+
+    def fetch() -> None:
+        last = 0
+        try:
+            while last < stop:
+                page = app.recorder.select_notifications(
+                    start=last, limit=page_size, stop=stop, inclusive_of_start=False)
+                if not page:
+                    break
+                pages.put(page)
+                last = page[-1].id
+            pages.put(done)
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+            pages.put(exc)
+
+    reader = threading.Thread(target=fetch, name="rebuild-reader", daemon=True)
+    reader.start()
+    try:
+        while (item := pages.get()) is not done:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        while reader.is_alive():  # unblock a reader waiting on a full queue
+            with contextlib.suppress(queue.Empty):
+                pages.get(timeout=0.05)
+        reader.join()
 
 
 def _read_log(
     app: Any, folds: dict[str, BulkFold], page_size: int, progress: bool
 ) -> tuple[int, int | None]:
-    """One pass over the notification log up to its current end, feeding every fold."""
+    """One streamed pass over the notification log up to its current end, feeding every fold."""
     stop = app.recorder.max_notification_id()
     if stop is None:
         return 0, None
@@ -138,12 +210,7 @@ def _read_log(
     applies = [f.apply for f in folds.values()]
     count, last = 0, 0
     try:
-        while last < stop:
-            page = app.recorder.select_notifications(
-                start=last, limit=page_size, stop=stop, inclusive_of_start=False
-            )
-            if not page:
-                break
+        for page in _pages(app, stop, page_size):
             for notification in page:
                 event = to_event(notification)
                 for apply in applies:
@@ -158,89 +225,18 @@ def _read_log(
     return count, stop
 
 
-def _fill_embeddings(datastore: Any, embedder: CountingEmbedder, fold: BulkFold) -> None:
-    with datastore.transaction(commit=True) as curs:
-        set_search_path(curs, datastore.schema)
-        for statement in EMBEDDING_CACHE_DDL + READ_MODEL_META_DDL:
-            curs.execute(statement)
-    texts = {text_hash(t): t for t in fold.texts()}
-    if not texts:
-        return
-    fill_cache_outside_transactions(
-        datastore, lambda curs: set_search_path(curs, datastore.schema), embedder, texts.values()
-    )
-
-
-def _write(
-    datastore: Any,
-    rm: ReadModel,
-    embedder: EmbeddingProvider,
-    fold: BulkFold,
-    application_name: str,
-    position: int | None,
-) -> tuple[dict[str, int], float]:
-    tracking_table = f"{rm.name}_tracking"
-    view: ReadModelView | None = None
-    if rm.projected:
-        view_class = bind_view(rm.view, embedder)
-        view = view_class(datastore, tracking_table_name=tracking_table, bulk=True)
-    counts: dict[str, int] = {}
-    with datastore.transaction(commit=True) as curs:
-        set_search_path(curs, datastore.schema)
-        drop = [sql.Identifier(t) for t in rm.table_names]
-        drop.append(sql.Identifier(datastore.schema, tracking_table))
-        curs.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(sql.SQL(", ").join(drop)))
-        curs.execute("DELETE FROM mem_read_model_meta WHERE projection = %s", (rm.name,))
-        if view is not None:
-            view._create_table(curs)  # tables (no HNSW), tracking table, model metadata
-        else:
-            for statement in rm.ddl(embedder.dimensions, vector_indexes=False):
+def _fill_embeddings(env: dict[str, str], name: str, live: str, embedder: CountingEmbedder,
+                     fold: BulkFold) -> None:
+    texts = fold.texts()
+    factory = datastore_factory(name, env)
+    try:
+        datastore = factory.datastore
+        with datastore.transaction(commit=True) as curs:
+            set_search_path(curs, live)
+            for statement in EMBEDDING_CACHE_DDL + READ_MODEL_META_DDL:
                 curs.execute(statement)
-        for table in rm.tables:
-            counts[table.name] = _load(curs, table, fold.rows(table.name), embedder.model_id)
-        indexing = time.perf_counter()
-        curs.execute(f"SET LOCAL maintenance_work_mem = '{MAINTENANCE_WORK_MEM}'")
-        curs.execute(f"SET LOCAL max_parallel_maintenance_workers = {PARALLEL_WORKERS}")
-        for table in rm.tables:
-            for statement in table.vector_index_sql():
-                curs.execute(statement)
-        indexing = time.perf_counter() - indexing
-        if position is not None and view is not None:
-            view._insert_tracking(curs, Tracking(application_name, position))
-        for table in rm.tables:
-            curs.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table.name)))
-    return counts, indexing
-
-
-def _load(curs: Any, table: Table, rows: list[tuple[Any, ...]], model_id: str) -> int:
-    if not rows:
-        return 0
-    cols = table.row_columns
-    col_list = sql.SQL(", ").join(sql.Identifier(c) for c in cols)
-    text_col = table.embedded_text
-    target = sql.Identifier(table.name)
-    if text_col is not None:
-        target = sql.Identifier(f"_stage_{table.name}")
-        curs.execute(
-            sql.SQL("CREATE TEMP TABLE {} (LIKE {}) ON COMMIT DROP").format(
-                target, sql.Identifier(table.name)
-            )
-        )
-    with curs.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(target, col_list)) as copy:
-        for row in rows:
-            copy.write_row(row)
-    if text_col is not None:
-        stage_cols = sql.SQL(", ").join(sql.Identifier("s", c) for c in cols)
-        hash_expr = sql.SQL(SQL_TEXT_HASH.format(col=table.embedded_expression("s")))
-        curs.execute(
-            sql.SQL(
-                "INSERT INTO {table} ({cols}, embedding) SELECT {stage_cols}, c.embedding "
-                "FROM {stage} s LEFT JOIN mem_embedding_cache c "
-                "ON c.model_id = %s AND c.text_hash = {hash}"
-            ).format(
-                table=sql.Identifier(table.name), cols=col_list, stage_cols=stage_cols,
-                stage=target, hash=hash_expr,
-            ),
-            (model_id,),
-        )
-    return len(rows)
+        if texts:
+            fill_cache_outside_transactions(
+                datastore, lambda curs: set_search_path(curs, live), embedder, texts)
+    finally:
+        factory.close()

@@ -335,13 +335,9 @@ class ProjectionSet:
             self._leases = None
 
     def rebuild(self, projection: str | None = None, progress: bool = False) -> RebuildReport:
-        """Stop, rebuild from the log (bulk mode), start again."""
-        was_running = self.running
-        self.stop()
-        report = rebuild(self.application_class, self.env, self.embedder, projection, progress)
-        if was_running:
-            self._start()
-        return report
+        """Rebuild from the log (bulk mode) into shadow tables and swap them in; the runners
+        keep running and continue on the new tables (ADR-0027)."""
+        return rebuild(self.application_class, self.env, self.embedder, projection, progress)
 
     def __enter__(self) -> ProjectionSet:
         if not self._started:

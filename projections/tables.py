@@ -14,7 +14,9 @@ model means rebuilding the read model (the embedding cache keeps old vectors).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 VECTOR = "vector"  # column type placeholder: becomes vector(<dimensions of the embedder>)
 EMBEDDING = "embedding"  # the vector column of an embedded table
@@ -37,6 +39,9 @@ class Table:
     # not just ``embedded_text`` (rebuild joins the embedding cache on its hash; the view must
     # embed the very same string in Python)
     embedded_sql: str | None = None
+    # the same string in Python, from the row's values by column (rebuild looks vectors up by
+    # its hash client-side); None = the value of ``embedded_text``
+    embedded_python: Callable[[dict[str, Any]], str] | None = None
     # ``(column, "type GENERATED ALWAYS AS (...) STORED")``: PostgreSQL computes them, so rows
     # never supply them (not in ``row_columns``); a table created before they were declared
     # gains them through ``ALTER TABLE ... ADD COLUMN IF NOT EXISTS`` (existing rows computed)
@@ -55,6 +60,31 @@ class Table:
         return f'{row}."{self.embedded_text}"'
 
     @property
+    def python_embedded_text(self) -> Callable[[tuple[Any, ...]], str]:
+        """row tuple (``row_columns`` order) -> the string embedded for it (= ``embedded_sql``)."""
+        cols = self.row_columns
+        if self.embedded_python is None:
+            index = cols.index(str(self.embedded_text))
+            return lambda row: str(row[index])
+        fn = self.embedded_python
+        return lambda row: fn(dict(zip(cols, row, strict=True)))
+
+    def create_sql(self, dimensions: int, primary_key: bool = True) -> str:
+        d = int(dimensions)
+        lines = [
+            f"    {name} {f'vector({d})' if sql_type == VECTOR else sql_type}"
+            for name, sql_type in self.columns + self.generated
+        ]
+        if primary_key:
+            lines.append(f"    PRIMARY KEY ({', '.join(self.primary_key)})")
+        return f"CREATE TABLE IF NOT EXISTS {self.name} (\n" + ",\n".join(lines) + "\n)"
+
+    def primary_key_sql(self) -> str:
+        """The key added after a bulk load (same constraint name as ``create_sql`` gives)."""
+        return (f"ALTER TABLE {self.name} ADD CONSTRAINT {self.name}_pkey "
+                f"PRIMARY KEY ({', '.join(self.primary_key)})")
+
+    @property
     def column_names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.columns + self.generated)
 
@@ -62,15 +92,6 @@ class Table:
     def row_columns(self) -> tuple[str, ...]:
         """Columns a row supplies (all but the vector, which is joined from the cache)."""
         return tuple(name for name, _ in self.columns if name != EMBEDDING)
-
-    def create_sql(self, dimensions: int) -> str:
-        d = int(dimensions)
-        lines = [
-            f"    {name} {f'vector({d})' if sql_type == VECTOR else sql_type}"
-            for name, sql_type in self.columns + self.generated
-        ]
-        lines.append(f"    PRIMARY KEY ({', '.join(self.primary_key)})")
-        return f"CREATE TABLE IF NOT EXISTS {self.name} (\n" + ",\n".join(lines) + "\n)"
 
     def vector_index_sql(self) -> list[str]:
         """HNSW index on ``embedding``: built after bulk loads, so kept apart from ``indexes``."""

@@ -12,6 +12,7 @@ it gets the (empty) table at start — no event it would hold existed then.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 from uuid import UUID
 
@@ -56,6 +57,7 @@ MESSAGES = Table(
     # in ADR-0009) — the same string as ``embedded_message_text``
     embedded_sql="CASE WHEN {row}.speaker IS NULL OR {row}.speaker = '' THEN {row}.text "
     "ELSE {row}.speaker || ': ' || {row}.text END",
+    embedded_python=lambda row: embedded_message_text(row["speaker"], row["text"]),
     # BM25 (projections/search.py): the speaker's name is searchable with the text
     generated=search_columns("coalesce(speaker, '') || ' ' || text"),
     functions=SEARCH_FUNCTIONS,
@@ -203,12 +205,12 @@ class ConversationFold(BulkFold):
     def texts(self) -> list[str]:
         return [embedded_message_text(m["speaker"], m["text"]) for m in self.messages.values()]
 
-    def rows(self, table: str) -> list[tuple[Any, ...]]:
+    def rows(self, table: str) -> Iterable[tuple[Any, ...]]:
         if table == PENDING.name:
             return [tuple(p[c] for c in PENDING.row_columns) for p in self.pending.values()]
         if table != MESSAGES.name:
             raise KeyError(table)
-        return [tuple(m[c] for c in MESSAGES.row_columns) for m in self.messages.values()]
+        return (tuple(m[c] for c in MESSAGES.row_columns) for m in self.messages.values())
 
 
 READ_MODEL = ReadModel(ConversationView, ConversationFold)

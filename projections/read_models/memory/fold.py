@@ -6,6 +6,7 @@ rebuild test proves the two give identical tables.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 from uuid import UUID
 
@@ -170,12 +171,12 @@ class MemoryFold(BulkFold):
     def texts(self) -> list[str]:
         return [row.fact_text for row in self.facts.rows.values()]
 
-    def rows(self, table: str) -> list[tuple[Any, ...]]:
+    def rows(self, table: str) -> Iterable[tuple[Any, ...]]:
         if table == AGENTS.name:
             return [(oid, self.facts.agents[oid], at) for oid, at in self.opened.items()]
         if table == FACTS.name:
             values = (fact_values(row) for row in self.facts.rows.values())
-            return [tuple(v[c] for c in FACTS.row_columns) for v in values]
+            return (tuple(v[c] for c in FACTS.row_columns) for v in values)
         if table == FACT_USAGE.name:
             return [tuple(vars(u)[c] for c in FACT_USAGE.row_columns)
                     for u in self.facts.usage.values()]

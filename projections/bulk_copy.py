@@ -1,0 +1,131 @@
+"""Binary COPY of folded rows into a table, vectors taken from the embedding cache as raw bytes.
+
+Why binary, and why raw vector bytes: the rebuild's load used to COPY text rows into a staging
+table and then ``INSERT … SELECT`` them joined to ``mem_embedding_cache`` on a SHA-256 computed
+in SQL — every row written twice, every value parsed from text. Here each row is written once,
+in PostgreSQL's binary COPY format (psycopg 3 ``cursor.copy`` with ``set_types``), and the
+vector of an embedded row is read from the cache in binary and written back byte for byte: no
+float ever crosses into Python (pgvector's psycopg adapter would decode to numpy and encode
+again for nothing), and the stored vector is bit-identical to the cache's, as the SQL join's.
+
+Vectors are fetched per chunk of rows (``CHUNK``) on a second connection (a connection in COPY
+cannot run queries), so memory holds one chunk of vectors, not the whole table's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from itertools import islice
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.adapt import Dumper, Loader
+from psycopg.pq import Format
+
+from engramdb.projections.embeddings import text_hash
+from engramdb.projections.tables import EMBEDDING, Table
+
+CHUNK = 2000  # rows per cache lookup (~3 MB of 384-d vectors)
+
+
+class RawVector(bytes):
+    """A pgvector value in its binary wire form, passed through untouched."""
+
+
+def register_raw_vectors(conn: psycopg.Connection[Any]) -> None:
+    """Make ``vector`` load as ``RawVector`` (binary results) and ``RawVector`` dump as
+    ``vector`` (binary COPY) on ``conn``."""
+    row = conn.execute("SELECT 'vector'::regtype::oid").fetchone()
+    assert row is not None
+    oid = int(row[0])
+
+    class _Dumper(Dumper):
+        format = Format.BINARY
+
+        def dump(self, obj: Any) -> bytes:
+            return bytes(obj)
+
+    class _Loader(Loader):
+        format = Format.BINARY
+
+        def load(self, data: Any) -> RawVector:
+            return RawVector(data)
+
+    _Dumper.oid = oid
+    conn.adapters.register_dumper(RawVector, _Dumper)
+    conn.adapters.register_loader(oid, _Loader)
+
+
+def column_oids(conn: psycopg.Connection[Any], schema: str, table: str,
+                columns: Iterable[str]) -> list[int]:
+    """Type oids of ``columns`` of ``schema.table``, in order (what ``copy.set_types`` needs)."""
+    cols = list(columns)
+    rows = conn.execute(
+        "SELECT attname, atttypid FROM pg_attribute WHERE attrelid = %s::regclass "
+        "AND attname = ANY(%s) AND NOT attisdropped",
+        (sql.Identifier(schema, table).as_string(conn), cols),
+    ).fetchall()
+    by_name = {str(r[0]): int(r[1]) for r in rows}
+    return [by_name[c] for c in cols]
+
+
+def cached_vectors(cache: psycopg.Connection[Any], model_id: str,
+                   hashes: Iterable[str]) -> dict[str, RawVector]:
+    """text hash -> raw vector bytes for the hashes the cache holds (model ``model_id``)."""
+    wanted = sorted(set(hashes))
+    if not wanted:
+        return {}
+    with cache.cursor(binary=True) as curs:
+        curs.execute(
+            "SELECT text_hash, embedding FROM mem_embedding_cache "
+            "WHERE model_id = %s AND text_hash = ANY(%s)",
+            (model_id, wanted),
+        )
+        return {str(h): v for h, v in curs.fetchall()}
+
+
+def _chunks(rows: Iterable[tuple[Any, ...]], size: int) -> Iterator[list[tuple[Any, ...]]]:
+    it = iter(rows)
+    while chunk := list(islice(it, size)):
+        yield chunk
+
+
+def copy_rows(
+    conn: psycopg.Connection[Any],
+    cache: psycopg.Connection[Any] | None,
+    schema: str,
+    table: Table,
+    rows: Iterable[tuple[Any, ...]],
+    model_id: str,
+    freeze: bool = False,
+) -> int:
+    """COPY ``rows`` (``table.row_columns`` order) into ``schema.table`` in binary; an embedded
+    table's rows get their cached vector (NULL if the cache lacks it, as the SQL join gave).
+    ``freeze``: the table was created in this transaction (rows land frozen: no later
+    hint-bit writes or anti-wraparound vacuum). Returns the number of rows."""
+    embedded = table.embedded_text is not None
+    columns = list(table.row_columns) + ([EMBEDDING] if embedded else [])
+    oids = column_oids(conn, schema, table.name, columns)
+    statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY{})").format(
+        sql.Identifier(schema, table.name),
+        sql.SQL(", ").join(sql.Identifier(c) for c in columns),
+        sql.SQL(", FREEZE" if freeze else ""),
+    )
+    count = 0
+    with conn.cursor() as curs, curs.copy(statement) as copy:
+        copy.set_types(oids)
+        if not embedded:
+            for row in rows:
+                copy.write_row(row)
+                count += 1
+            return count
+        assert cache is not None
+        text_of = table.python_embedded_text
+        for chunk in _chunks(rows, CHUNK):
+            hashes = [text_hash(text_of(row)) for row in chunk]
+            vectors = cached_vectors(cache, model_id, hashes)
+            for row, h in zip(chunk, hashes, strict=True):
+                copy.write_row((*row, vectors.get(h)))
+            count += len(chunk)
+    return count

@@ -1,0 +1,140 @@
+"""Build a read model beside the live one: a private *shadow schema*, loaded by binary COPY,
+indexed after the load, then swapped in by ``projections.swap`` (ADR-0027).
+
+Why a schema and not ``<table>_shadow`` names: the read models' DDL is written against
+unqualified names (tables, index names, generated columns' functions); a schema first on the
+search path takes that DDL unchanged, and ``ALTER TABLE … SET SCHEMA`` moves a table with its
+indexes and constraints under their own names — after the swap the catalog is exactly what the
+incremental projector would have created. The search path while building is
+``shadow, live, public``: tables resolve to the shadow, the embedding cache, the model metadata
+and the search functions (kept in the live schema so generated columns never depend on an
+object that is dropped with the shadow) resolve to the live schema, extensions to ``public``.
+
+Order of work, each for speed: tables without keys or indexes; rows COPYed in binary with
+``FREEZE`` (the tables were created in the same transaction); then the primary key, the
+secondary indexes and the HNSW index in a second transaction with generous
+``maintenance_work_mem`` and parallel maintenance workers; then ``ANALYZE``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from engramdb.infra.pgsql import set_search_path
+from engramdb.projections.bulk_copy import copy_rows, register_raw_vectors
+from engramdb.projections.read_model import _DDL_LOCK_KEY, ReadModel
+from engramdb.projections.tables import EMBEDDING_CACHE_DDL, READ_MODEL_META_DDL
+
+MAINTENANCE_WORK_MEM = "1GB"  # the HNSW graph of 100k-1M x 384-d builds in memory
+PARALLEL_WORKERS = 2
+MIGRATION_ROW = "__migration__"  # eventsourcing's single-row tracking table marker row
+
+
+def shadow_schema(schema: str, projection: str) -> str:
+    """The shadow schema of ``projection`` in ``schema`` (stable: a crashed rebuild's is found
+    and dropped by the next one)."""
+    digest = hashlib.sha256(f"{schema}\0{projection}".encode()).hexdigest()[:16]
+    return f"engramdb_rebuild_{digest}"
+
+
+def shadow_search_path(shadow: str, live: str) -> sql.Composed:
+    return sql.SQL("SET LOCAL search_path TO {}, {}, public").format(
+        sql.Identifier(shadow), sql.Identifier(live))
+
+
+def tracking_ddl(schema: str, table: str) -> sql.Composed:
+    """eventsourcing's single-row tracking table (``PostgresTrackingRecorder``), same DDL."""
+    return sql.SQL(
+        "CREATE TABLE {}.{} (application_name text, notification_id bigint, "
+        "PRIMARY KEY (application_name)) WITH (autovacuum_enabled = true, "
+        "autovacuum_vacuum_threshold = 100000000, autovacuum_vacuum_scale_factor = 0.5, "
+        "autovacuum_analyze_threshold = 1000, autovacuum_analyze_scale_factor = 0.01)"
+    ).format(sql.Identifier(schema), sql.Identifier(table))
+
+
+@dataclass
+class ShadowBuild:
+    schema: str
+    rows: dict[str, int] = field(default_factory=dict)
+    load_seconds: float = 0.0
+    key_index_seconds: float = 0.0  # primary keys, btree and GIN indexes
+    index_seconds: float = 0.0  # HNSW
+
+
+def build_shadow(
+    conninfo: str,
+    live: str,
+    rm: ReadModel,
+    rows: Callable[[str], Iterable[tuple[Any, ...]]],
+    model_id: str,
+    dimensions: int,
+    application_name: str,
+    position: int | None,
+) -> ShadowBuild:
+    """Create, load and index ``rm``'s tables in its shadow schema; the shadow's tracking
+    table records ``position`` (the last event folded). Nothing live is touched except
+    creating the shared tables and search functions if they are missing."""
+    shadow = shadow_schema(live, rm.name)
+    out = ShadowBuild(shadow)
+    started = time.perf_counter()
+    conn: Any
+    with psycopg.connect(conninfo) as conn, psycopg.connect(conninfo, autocommit=True) as cache:
+        register_raw_vectors(conn)
+        register_raw_vectors(cache)
+        cache.execute(sql.SQL("SET search_path TO {}, public").format(sql.Identifier(live)))
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK_KEY,))
+            set_search_path(conn, live)
+            functions = dict.fromkeys(f for t in rm.tables for f in t.functions)
+            for statement in [*EMBEDDING_CACHE_DDL, *READ_MODEL_META_DDL, *functions]:
+                conn.execute(statement)
+        with conn.transaction():
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(shadow)))
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(shadow)))
+            conn.execute(shadow_search_path(shadow, live))
+            for table in rm.tables:
+                conn.execute(table.create_sql(dimensions, primary_key=False))
+            if rm.projected:
+                tracking = f"{rm.name}_tracking"
+                conn.execute(tracking_ddl(shadow, tracking))
+                marks = [(MIGRATION_ROW, 1)]
+                if position is not None:
+                    marks.append((application_name, position))
+                for name, pos in marks:
+                    conn.execute(sql.SQL("INSERT INTO {}.{} VALUES (%s, %s)").format(
+                        sql.Identifier(shadow), sql.Identifier(tracking)), (name, pos))
+            for table in rm.tables:
+                out.rows[table.name] = copy_rows(
+                    conn, cache, shadow, table, rows(table.name), model_id, freeze=True)
+        out.load_seconds = time.perf_counter() - started
+        with conn.transaction():
+            conn.execute(shadow_search_path(shadow, live))
+            conn.execute(f"SET LOCAL maintenance_work_mem = '{MAINTENANCE_WORK_MEM}'")
+            conn.execute(f"SET LOCAL max_parallel_maintenance_workers = {PARALLEL_WORKERS}")
+            indexing = time.perf_counter()
+            for table in rm.tables:
+                for statement in [table.primary_key_sql(), *table.indexes]:
+                    conn.execute(statement)
+            out.key_index_seconds = time.perf_counter() - indexing
+            indexing = time.perf_counter()
+            for table in rm.tables:
+                for statement in table.vector_index_sql():
+                    conn.execute(statement)
+            out.index_seconds = time.perf_counter() - indexing
+        with conn.transaction():
+            conn.execute(shadow_search_path(shadow, live))
+            for table in rm.tables:
+                conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(shadow, table.name)))
+    return out
+
+
+def drop_shadow(conninfo: str, shadow: str) -> None:
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(shadow)))
