@@ -1,29 +1,42 @@
-"""Rebuild throughput: events/s of a full bulk rebuild of both projections from the log.
+"""Rebuild throughput and memory: the shadow-table rebuild vs the previous in-place one.
 
-Generates ``--facts`` FactAdded events fast (``--batch`` facts per save, spread over
-``--agents`` agents, plus one message record per save), then rebuilds: once with a cold
-embedding cache (every text embedded by the hash test embedder) and ``--runs`` times with a
-warm cache (zero embed calls: what a rebuild costs by itself). Reports the median.
+Generates ``--facts`` FactAdded events (``--batch`` facts per save, spread over ``--agents``
+agents, plus one message record per save), fills the embedding cache once (hash test
+embedder, 384-d), then ``--runs`` times, alternating, rebuilds with the current path
+(``projections.rebuild``: streamed fold, binary COPY into shadow tables, indexes after the
+load, atomic swap) and with the previous one (``bench.rebuild_legacy``: in place, text COPY +
+SQL join, readers blocked), each in a fresh child process so its peak RSS is its own. Warm
+cache: zero embedder calls (asserted). After the runs, a bare ``CREATE INDEX … USING hnsw`` on
+a copy of the same ``mem_facts`` rows, same settings, is the yardstick of the HNSW phase.
 
-    python -m bench.rebuild [--facts 100000] [--runs 3]
+    python -m bench.rebuild [--facts 100000] [--runs 3] [--no-legacy] [--cold]
 
+Prints medians: events/s of read+fold, load (COPY) and fold+load, HNSW and other index
+seconds, swap seconds, peak RSS. ``measure()`` returns the same as a dict (``bench.scale``).
 Database: ``ENGRAMDB_DATABASE_URL`` if set, else the embedded server; a fresh schema is
-created and dropped. Embedder: ``HashEmbedder`` (hashing test double, 384-d).
+created and dropped.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
+import resource
 import statistics
 import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg import sql
 
 from bench.aggregate_cost import BY, bench_schema
 from engramdb.domain.aggregate import MessageRecord
 from engramdb.domain.payloads import FactPayload
 from engramdb.infra.providers.scripted import HashEmbedder
 from engramdb.projections.embeddings import CountingEmbedder
-from engramdb.projections.rebuild import RebuildReport, rebuild
+from engramdb.projections.shadow import MAINTENANCE_WORK_MEM, PARALLEL_WORKERS
+from engramdb.projections.tables import HNSW
 from engramdb.services.app import MemoryApplication
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
@@ -70,12 +83,139 @@ def generate(app: MemoryApplication, facts: int, agents: int, batch: int) -> int
     return k
 
 
-def line(label: str, r: RebuildReport) -> str:
+def _child(impl: str, env: dict[str, str], out: Any) -> None:
+    """One rebuild in a fresh process; sends its report and its own peak RSS (MiB)."""
+    counting = CountingEmbedder(HashEmbedder())
+    if impl == "legacy":
+        from bench.rebuild_legacy import rebuild_legacy
+
+        # the old path holds one transaction open while Python builds every row list; under
+        # load that exceeded eventsourcing's 5 s idle-in-transaction timeout and failed
+        report = rebuild_legacy(MemoryApplication,
+                                {**env, "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": "0"},
+                                counting)
+        load = report.write_seconds - report.index_seconds
+    else:
+        from engramdb.projections.rebuild import rebuild
+
+        report = rebuild(MemoryApplication, env, counting)
+        load = report.load_seconds
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out.send({**report.model_dump(), "load": load, "peak_rss_mb": rss,
+              "embedder_calls": counting.calls})
+
+
+def run_in_child(impl: str, env: dict[str, str]) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(impl, env, child))
+    proc.start()
+    child.close()
+    try:
+        result: dict[str, Any] = parent.recv()
+    except EOFError:
+        raise RuntimeError(f"{impl} rebuild failed (see its traceback above)") from None
+    proc.join()
+    return result
+
+
+def bare_hnsw_seconds(url: str, schema: str) -> float:
+    """A bare ``CREATE INDEX … USING hnsw`` on a copy of ``mem_facts``' vectors, with the
+    rebuild's settings: the yardstick of the rebuild's HNSW phase."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("SET search_path TO {}, public").format(sql.Identifier(schema)))
+        conn.execute("DROP TABLE IF EXISTS bench_bare_hnsw")
+        conn.execute("CREATE TABLE bench_bare_hnsw AS SELECT agent_id, fact_id, embedding "
+                     "FROM mem_facts")
+        conn.execute("VACUUM ANALYZE bench_bare_hnsw")
+        conn.execute(f"SET maintenance_work_mem = '{MAINTENANCE_WORK_MEM}'")  # type: ignore[arg-type]
+        conn.execute(f"SET max_parallel_maintenance_workers = {PARALLEL_WORKERS}")  # type: ignore[arg-type]
+        started = time.perf_counter()
+        conn.execute(f"CREATE INDEX bench_bare_hnsw_idx ON bench_bare_hnsw {HNSW}")  # type: ignore[arg-type]
+        seconds = time.perf_counter() - started
+        conn.execute("DROP TABLE bench_bare_hnsw")
+    return seconds
+
+
+def _summary(runs: list[dict[str, Any]]) -> dict[str, float]:
+    def med(key: Any) -> float:
+        return statistics.median(key(r) for r in runs)
+
+    return {
+        "events": runs[0]["events"],
+        "read_fold_ev_s": med(lambda r: r["events"] / r["read_seconds"]),
+        "load_ev_s": med(lambda r: r["events"] / r["load"]),
+        "fold_load_ev_s": med(lambda r: r["events"] / (r["read_seconds"] + r["load"])),
+        "total_ev_s": med(lambda r: r["events_per_sec"]),
+        "seconds": med(lambda r: r["seconds"]),
+        "hnsw_s": med(lambda r: r["index_seconds"]),
+        "key_index_s": med(lambda r: r.get("key_index_seconds", 0.0)),
+        "swap_s": med(lambda r: r.get("swap_seconds", 0.0)),
+        "peak_rss_mb": med(lambda r: r["peak_rss_mb"]),
+    }
+
+
+def measure(facts: int = 100_000, runs: int = 3, agents: int = 20, batch: int = 1000,
+            legacy: bool = True, cold: bool = False, log: Any = print) -> dict[str, Any]:
+    """Generate, rebuild ``runs`` times per path in child processes; medians per path."""
+    out: dict[str, Any] = {"facts": facts, "runs": runs}
+    with bench_schema("bench_rb") as (url, env):
+        schema = env["POSTGRES_SCHEMA"]
+        app = MemoryApplication({**env, "IS_SNAPSHOTTING_ENABLED": "n"})
+        t = time.perf_counter()
+        n = generate(app, facts, agents, batch)
+        app.close()
+        log(f"generated {n} facts in {time.perf_counter() - t:.1f}s")
+        first = run_in_child("new", env)  # fills the embedding cache (cold)
+        log(line("cold cache (new path)", first))
+        if cold:
+            out["cold"] = first
+        results: dict[str, list[dict[str, Any]]] = {"new": [], "legacy": []}
+        for _ in range(runs):
+            for impl in ("new", "legacy") if legacy else ("new",):
+                r = run_in_child(impl, env)
+                assert r["embedder_calls"] == 0, r
+                results[impl].append(r)
+                log(line(f"warm {impl}", r))
+        bare = [bare_hnsw_seconds(url, schema) for _ in range(max(1, min(runs, 2)))]
+        out["bare_hnsw_s"] = statistics.median(bare)
+        for impl, rs in results.items():
+            if rs:
+                out[impl] = _summary(rs)
+    return out
+
+
+def line(label: str, r: dict[str, Any]) -> str:
     return (
-        f"{label}: {r.events} events in {r.seconds:.1f}s = {r.events_per_sec:,.0f} ev/s "
-        f"(read+fold {r.read_seconds:.1f}s, embed {r.embed_seconds:.1f}s [{r.texts_embedded} "
-        f"texts], write {r.write_seconds - r.index_seconds:.1f}s, HNSW {r.index_seconds:.1f}s)"
+        f"{label}: {r['events']} events in {r['seconds']:.1f}s = {r['events_per_sec']:,.0f} ev/s "
+        f"(read+fold {r['read_seconds']:.1f}s, embed {r['embed_seconds']:.1f}s "
+        f"[{r['texts_embedded']} texts], load {r['load']:.1f}s, keys/indexes "
+        f"{r.get('key_index_seconds', 0):.1f}s, HNSW {r['index_seconds']:.1f}s, swap "
+        f"{r.get('swap_seconds', 0):.2f}s; peak RSS {r['peak_rss_mb']:.0f} MiB)"
     )
+
+
+def report(m: dict[str, Any]) -> str:
+    rows = [f"rebuild of {m['new']['events']:,} events ({m['facts']:,} facts), warm cache, "
+            f"medians of {m['runs']} (each run in a fresh process):"]
+    header = ("path", "read+fold ev/s", "load ev/s", "fold+load ev/s", "total ev/s",
+              "keys+idx s", "HNSW s", "swap s", "peak RSS MiB")
+    rows.append("  " + " | ".join(header))
+    for impl in ("new", "legacy"):
+        s = m.get(impl)
+        if s:
+            rows.append(
+                f"  {impl} | {s['read_fold_ev_s']:,.0f} | {s['load_ev_s']:,.0f} | "
+                f"{s['fold_load_ev_s']:,.0f} | {s['total_ev_s']:,.0f} | {s['key_index_s']:.1f} | "
+                f"{s['hnsw_s']:.1f} | {s['swap_s']:.2f} | {s['peak_rss_mb']:.0f}")
+    new, old = m["new"], m.get("legacy")
+    rows.append(f"  HNSW in the rebuild {new['hnsw_s']:.1f}s vs bare CREATE INDEX "
+                f"{m['bare_hnsw_s']:.1f}s on the same rows: {new['hnsw_s'] / m['bare_hnsw_s']:.2f}x")
+    if old:
+        rows.append(f"  fold+load speed-up vs the previous path: "
+                    f"{new['fold_load_ev_s'] / old['fold_load_ev_s']:.2f}x; total "
+                    f"{new['total_ev_s'] / old['total_ev_s']:.2f}x")
+    return "\n".join(rows)
 
 
 def main() -> None:
@@ -84,24 +224,12 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=20)
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--no-legacy", action="store_true", help="skip the previous path")
+    parser.add_argument("--cold", action="store_true", help="keep the cold-cache report")
     args = parser.parse_args()
-    with bench_schema("bench_rb") as (_, env):
-        app = MemoryApplication({**env, "IS_SNAPSHOTTING_ENABLED": "n"})
-        t = time.perf_counter()
-        n = generate(app, args.facts, args.agents, args.batch)
-        print(f"generated {n} facts in {time.perf_counter() - t:.1f}s")
-        app.close()
-        cold = rebuild(MemoryApplication, env, CountingEmbedder(HashEmbedder()))
-        print(line("cold cache", cold))
-        warm = []
-        for _ in range(args.runs):
-            counting = CountingEmbedder(HashEmbedder())
-            report = rebuild(MemoryApplication, env, counting)
-            assert counting.calls == 0
-            warm.append(report)
-            print(line("warm cache", report))
-        median = statistics.median(r.events_per_sec for r in warm)
-        print(f"rebuild throughput, warm cache, median of {args.runs}: {median:,.0f} events/s")
+    m = measure(args.facts, args.runs, args.agents, args.batch, legacy=not args.no_legacy,
+                cold=args.cold)
+    print(report(m))
 
 
 if __name__ == "__main__":
