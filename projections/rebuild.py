@@ -64,7 +64,8 @@ class RebuildReport(BaseModel):
     load_seconds: float = 0.0  # binary COPY into the shadow tables
     key_index_seconds: float = 0.0  # primary keys, btree and GIN indexes
     catch_up_events: int = 0  # appended during the rebuild, applied to the shadow
-    swap_seconds: float = 0.0  # the swap transaction(s): what readers may wait for
+    swap_seconds: float = 0.0  # the swap transactions (projector paused: tracking lock)
+    blocked_seconds: float = 0.0  # of which read-model tables locked (readers wait)
 
     @property
     def fold_load_events_per_sec(self) -> float:
@@ -98,7 +99,7 @@ def rebuild(
                 _fill_embeddings(env, name, live, counting, folds[name])
             embed_done = time.perf_counter()
             rows: dict[str, int] = {}
-            load = key_index = index = swap = 0.0
+            load = key_index = index = swap = blocked = 0.0
             caught_up = 0
             for rm in read_models:
                 fold = folds.pop(rm.name)  # freed once loaded
@@ -118,6 +119,7 @@ def rebuild(
                     drop_shadow(conninfo, built.schema)
                 caught_up += result.caught_up
                 swap += result.seconds
+                blocked += result.blocked_seconds
     finally:
         app.close()
     done = time.perf_counter()
@@ -140,6 +142,7 @@ def rebuild(
         key_index_seconds=key_index,
         catch_up_events=caught_up,
         swap_seconds=swap,
+        blocked_seconds=blocked,
     )
 
 

@@ -53,8 +53,9 @@ LEASE_WAIT = 30.0  # seconds to wait for a running projector to reach the shadow
 class SwapResult:
     position: int | None
     caught_up: int  # events applied to the shadow after the bulk fold
-    seconds: float  # the swap transaction (locks held), last attempt
+    seconds: float  # the swap transaction (tracking lock held), last attempt
     attempts: int
+    blocked_seconds: float  # read-model tables locked: drop, move, commit (readers wait)
 
 
 class ShadowCatchUp:
@@ -147,6 +148,7 @@ def swap_in(
                         final = live_position(conn, live, tracking, app_name)
                         if final is not None and final > catch_up.position:
                             catch_up.to(final)
+                    moving = time.perf_counter()
                     _move(conn, rm, live, shadow, tracking if rm.projected else None)
                     conn.execute(sql.SQL(
                         "INSERT INTO {}.mem_read_model_meta (projection, embedding_model, "
@@ -159,8 +161,9 @@ def swap_in(
                 log.info("rebuild of %s: swap waited %s for readers; retrying (%d/%d)",
                          rm.name, lock_timeout, attempt, attempts)
                 continue
-            return SwapResult(catch_up.position or None, catch_up.applied,
-                              time.perf_counter() - started, attempt)
+            done = time.perf_counter()
+            return SwapResult(catch_up.position or None, catch_up.applied, done - started,
+                              attempt, done - moving)
     raise TimeoutError(
         f"rebuild of {rm.name}: could not take the read-model tables for the swap in "
         f"{attempts} attempts of {lock_timeout} (a long-running reader?); the live read model "
