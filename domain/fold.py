@@ -149,7 +149,9 @@ class FactFold:
         return agent
 
     def apply(self, event: object) -> None:
-        self._on(event)
+        # the dispatcher directly: ``self._on`` builds a new bound wrapper per call
+        # (singledispatchmethod.__get__), ~10% of a bulk rebuild's fold
+        _DISPATCH(type(event))(self, event)
 
     def apply_all(self, events: Iterable[object]) -> FactFold:
         for event in events:
@@ -263,6 +265,9 @@ class FactFold:
             row = self._usage(e.agent_id, fact_id)
             if row is not None:
                 row.vitality, row.low_vitality = float(score), fact_id in low
+
+
+_DISPATCH = FactFold.__dict__["_on"].dispatcher.dispatch
 
 
 def fold_facts(events: Iterable[Any], agent_id: str | None = None) -> dict[str, FactRow]:

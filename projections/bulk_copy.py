@@ -14,6 +14,7 @@ cannot run queries), so memory holds one chunk of vectors, not the whole table's
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable, Iterator
 from itertools import islice
 from typing import Any
@@ -55,6 +56,61 @@ def register_raw_vectors(conn: psycopg.Connection[Any]) -> None:
     _Dumper.oid = oid
     conn.adapters.register_dumper(RawVector, _Dumper)
     conn.adapters.register_loader(oid, _Loader)
+
+
+_TEXT, _INT4 = 25, 23  # element type oids
+_I = struct.Struct("!i")
+
+
+def _array_header(element_oid: int, n: int) -> bytes:
+    if n == 0:
+        return struct.pack("!iii", 0, 0, element_oid)
+    return struct.pack("!iiiii", 1, 0, element_oid, n, 1)
+
+
+class _TextArrayDumper(Dumper):
+    """text[] of a flat list of non-NULL strings, in binary (psycopg's generic list dumper is
+    pure Python and recursive: ~20% of the load's time on ``mem_facts``' two arrays)."""
+
+    format = Format.BINARY
+    oid = 1009
+
+    def dump(self, obj: Any) -> bytes:
+        parts = [_array_header(_TEXT, len(obj))]
+        for item in obj:
+            if item is None:
+                raise ValueError("a NULL element in a text[] of a read model: not supported")
+            data = str(item).encode()
+            parts.append(_I.pack(len(data)))
+            parts.append(data)
+        return b"".join(parts)
+
+
+class _Int4ArrayDumper(Dumper):
+    """integer[] of a flat list of non-NULL ints, in binary (as ``_TextArrayDumper``)."""
+
+    format = Format.BINARY
+    oid = 1007
+
+    def dump(self, obj: Any) -> bytes:
+        n = len(obj)
+        return _array_header(_INT4, n) + struct.pack(f"!{2 * n}i", *(
+            x for item in obj for x in (4, int(item))))
+
+
+def register_flat_arrays(conn: psycopg.Connection[Any]) -> None:
+    """Fast binary dumpers for the flat text[]/integer[] columns of the read models, on
+    ``conn`` only (a rebuild's load connection; COPY picks dumpers by column type)."""
+    conn.adapters.register_dumper(FlatTextArray, _TextArrayDumper)
+    conn.adapters.register_dumper(FlatInt4Array, _Int4ArrayDumper)
+
+
+class FlatTextArray(list):  # type: ignore[type-arg]
+    """Marker type the fast text[] dumper is registered under (COPY dispatches by oid)."""
+
+
+class FlatInt4Array(list):  # type: ignore[type-arg]
+    """Marker type the fast integer[] dumper is registered under."""
 
 
 def column_oids(conn: psycopg.Connection[Any], schema: str, table: str,

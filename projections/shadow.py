@@ -28,7 +28,7 @@ import psycopg
 from psycopg import sql
 
 from engramdb.infra.pgsql import set_search_path
-from engramdb.projections.bulk_copy import copy_rows, register_raw_vectors
+from engramdb.projections.bulk_copy import copy_rows, register_flat_arrays, register_raw_vectors
 from engramdb.projections.read_model import _DDL_LOCK_KEY, ReadModel
 from engramdb.projections.tables import EMBEDDING_CACHE_DDL, READ_MODEL_META_DDL
 
@@ -87,6 +87,7 @@ def build_shadow(
     conn: Any
     with psycopg.connect(conninfo) as conn, psycopg.connect(conninfo, autocommit=True) as cache:
         register_raw_vectors(conn)
+        register_flat_arrays(conn)
         register_raw_vectors(cache)
         cache.execute(sql.SQL("SET search_path TO {}, public").format(sql.Identifier(live)))
         with conn.transaction():

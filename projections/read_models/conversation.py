@@ -207,10 +207,12 @@ class ConversationFold(BulkFold):
 
     def rows(self, table: str) -> Iterable[tuple[Any, ...]]:
         if table == PENDING.name:
-            return [tuple(p[c] for c in PENDING.row_columns) for p in self.pending.values()]
+            columns = PENDING.row_columns  # a computed property: once, not per row
+            return [tuple(p[c] for c in columns) for p in self.pending.values()]
         if table != MESSAGES.name:
             raise KeyError(table)
-        return (tuple(m[c] for c in MESSAGES.row_columns) for m in self.messages.values())
+        columns = MESSAGES.row_columns
+        return (tuple(m[c] for c in columns) for m in self.messages.values())
 
 
 READ_MODEL = ReadModel(ConversationView, ConversationFold)
