@@ -22,7 +22,7 @@ from engramdb.projections.rebuild import rebuild
 from engramdb.projections.runner import ProjectionSet
 from engramdb.services.app import MemoryApplication
 from engramdb.services.memory import Memory
-from tests.test_rebuild import drive, dump
+from test_rebuild import drive, dump
 
 
 @pytest.fixture
