@@ -6,8 +6,9 @@ while the shadow is built, so the live read model stays current and readers neve
 1. **catch-up without locks**: events appended since the bulk fold are applied to the shadow by
    the read model's own view (same handlers, same exactly-once tracking), pointed at the shadow
    through its search path, until the shadow is near the head of the log;
-2. if a projector holds the projection's lease, wait (bounded) until the live tracking position
-   reaches the shadow's, so the shadow is never *ahead* of the projector that will continue on it;
+2. if a projector runs (holds the projection's lease, or its position is moving), wait
+   (bounded) until the live tracking position reaches the shadow's, so the shadow is never
+   *ahead* of the projector that will continue on it;
 3. **the swap transaction**: ``LOCK … IN EXCLUSIVE MODE`` on the live tracking table — every
    projector batch starts by upserting that row, so from here no batch commits and the live
    position ``L`` is final (readers of the tracking table, e.g. ``wait_for_position``, are not
@@ -47,6 +48,7 @@ NEAR_HEAD = 200  # catch up without locks until this close to the head of the lo
 LOCK_TIMEOUT = "1s"  # longest a reader may wait for the swap; then roll back and retry
 SWAP_ATTEMPTS = 20
 LEASE_WAIT = 30.0  # seconds to wait for a running projector to reach the shadow's position
+IDLE = 2.0  # a live position that has not moved for this long: no projector is running
 
 
 @dataclass
@@ -173,11 +175,19 @@ def swap_in(
 def _wait_for_live(conn: Any, live: str, projection: str, tracking: str, app_name: str,
                    position: int) -> None:
     """A running projector will continue on the shadow from its own position, so let it reach
-    the shadow's first (it follows the log; this is short unless it is failing)."""
+    the shadow's first (it follows the log; this is short unless it is failing). Running =
+    holds the lease (ADR-0020), or — an unelected runner — its position moved within
+    ``IDLE`` seconds; a projector that is not running is not waited for (past ``IDLE``)."""
     deadline = time.monotonic() + LEASE_WAIT
-    while lease_held(conn, live, projection):
+    last, moved = live_position(conn, live, tracking, app_name), time.monotonic()
+    while True:
         current = live_position(conn, live, tracking, app_name)
-        if current is None or current >= position or time.monotonic() > deadline:
+        now = time.monotonic()
+        if current is None or current >= position or now > deadline:
+            return
+        if current != last:
+            last, moved = current, now
+        elif now - moved > IDLE and not lease_held(conn, live, projection):
             return
         time.sleep(0.02)
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from test_rebuild import drive, dump
 
 from engramdb.infra.providers.scripted import HashEmbedder
 from engramdb.projections import rebuild as rebuild_module
@@ -22,7 +23,6 @@ from engramdb.projections.rebuild import rebuild
 from engramdb.projections.runner import ProjectionSet
 from engramdb.services.app import MemoryApplication
 from engramdb.services.memory import Memory
-from test_rebuild import drive, dump
 
 
 @pytest.fixture
@@ -143,20 +143,23 @@ def test_rebuild_while_projecting_writing_and_reading(
         app.close()
 
 
-def test_a_rebuild_waits_for_a_running_projector_to_reach_its_position(
-    pg_url: str, store: tuple[str, dict[str, str]]
+@pytest.mark.parametrize("supervise", [True, False])
+def test_rebuild_beside_a_projector_still_catching_up(
+    pg_url: str, store: tuple[str, dict[str, str]], supervise: bool
 ) -> None:
-    """The shadow is never swapped in ahead of the projector that continues on it: a
-    projector that held its lease but lagged would otherwise be refused its next position."""
+    """The shadow is never swapped in ahead of the projector that continues on it (which
+    would then be refused its next position): the swap waits for a running projector —
+    elected (lease) or not (its position moves) — to reach the shadow's position."""
     schema, env = store
     app = MemoryApplication(env)
     try:
         pos = drive(app, "agent-a", 6)
-        with ProjectionSet.start(MemoryApplication, env, HashEmbedder()) as live:
+        with ProjectionSet.start(MemoryApplication, env, HashEmbedder(), supervise=supervise,
+                                 max_batch_events=1) as live:
             report = rebuild(MemoryApplication, env, HashEmbedder())
             assert report.position == pos
             pos = drive(app, "agent-a", 3, start=6)
-            live.wait(pos, timeout=30)
+            live.wait(pos, timeout=30)  # unsupervised, a refused position would raise here
             assert all(s.failures == 0 and s.restarts == 0 for s in live.status().values())
         online = dump(pg_url, schema)
         rebuild(MemoryApplication, env, HashEmbedder())
