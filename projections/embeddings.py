@@ -19,6 +19,7 @@ from engramdb.infra.pgsql import vector_literal
 
 SQL_TEXT_HASH = "encode(sha256(convert_to({col}, 'UTF8')), 'hex')"
 EMBED_BATCH = 64
+LOOKUP_CHUNK = 20_000  # hashes per cache lookup
 
 
 def text_hash(text: str) -> str:
@@ -75,9 +76,22 @@ def fill_cache_outside_transactions(
     by_hash = {text_hash(t): t for t in texts}
     if not by_hash:
         return 0
-    with datastore.transaction(commit=False) as curs:
-        prepare(curs)
-        todo = sorted(missing_hashes(curs, embedder.model_id, by_hash))
+    # the lookup in short transactions of LOOKUP_CHUNK hashes, Python work outside them: a
+    # rebuild asks for every text at once, and sorting/collecting 300k hashes inside one
+    # transaction outlasted eventsourcing's 5 s idle-in-transaction timeout on a busy box
+    wanted = sorted(by_hash)
+    have: set[str] = set()
+    for start in range(0, len(wanted), LOOKUP_CHUNK):
+        with datastore.transaction(commit=False) as curs:
+            prepare(curs)
+            curs.execute(
+                "SELECT text_hash FROM mem_embedding_cache WHERE model_id = %s "
+                "AND text_hash = ANY(%s)",
+                (embedder.model_id, wanted[start : start + LOOKUP_CHUNK]),
+            )
+            rows = curs.fetchall()
+        have.update(row["text_hash"] if isinstance(row, dict) else row[0] for row in rows)
+    todo = [h for h in wanted if h not in have]
     step = batch_size or max(len(todo), 1)
     for start in range(0, len(todo), step):
         chunk = todo[start : start + step]
