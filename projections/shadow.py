@@ -97,7 +97,9 @@ def build_shadow(
             for statement in [*EMBEDDING_CACHE_DDL, *READ_MODEL_META_DDL, *functions]:
                 conn.execute(statement)
         with conn.transaction():
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(shadow)))
+            for old in (shadow, f"{shadow}_old"):  # a crashed rebuild's
+                conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
+                    sql.Identifier(old)))
             conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(shadow)))
             conn.execute(shadow_search_path(shadow, live))
             for table in rm.tables:
@@ -137,5 +139,8 @@ def build_shadow(
 
 
 def drop_shadow(conninfo: str, shadow: str) -> None:
+    """Drop the shadow schema and the replaced live tables (``<shadow>_old``), if any."""
     with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(shadow)))
+        for schema in (shadow, f"{shadow}_old"):
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
+                sql.Identifier(schema)))

@@ -13,9 +13,9 @@ while the shadow is built, so the live read model stays current and readers neve
    projector batch starts by upserting that row, so from here no batch commits and the live
    position ``L`` is final (readers of the tracking table, e.g. ``wait_for_position``, are not
    blocked); catch the shadow up to ``L`` (events up to ``L`` were applied live, so none is lost
-   and none applied twice); then, under ``lock_timeout``, drop the live tables and ``ALTER TABLE
-   … SET SCHEMA`` the shadow's into the live schema, tracking table included; commit. Readers wait
-   only for the drop+move (milliseconds) — never for the build. A blocked projector batch resolves
+   and none applied twice); then, under ``lock_timeout``, ``ALTER TABLE … SET SCHEMA`` the live
+   tables out to a trash schema and the shadow's in, tracking table included; commit; drop the
+   trash afterwards. Readers wait only for the moves (milliseconds) — never for the build. A blocked projector batch resolves
    its tables again once the lock is granted (PostgreSQL re-looks-up a relation name after waiting
    on it) and continues from ``L`` on the new tables.
 
@@ -193,9 +193,23 @@ def _wait_for_live(conn: Any, live: str, projection: str, tracking: str, app_nam
 
 
 def _move(conn: Any, rm: ReadModel, live: str, shadow: str, tracking: str | None) -> None:
+    """Live tables out to a trash schema, the shadow's in: catalog updates only. The old
+    tables are dropped after the commit (``drop_trash``): dropping them here cost seconds of
+    readers' time on a busy box."""
     names: Sequence[str] = [*rm.table_names, *([tracking] if tracking else [])]
-    conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(
-        sql.SQL(", ").join(sql.Identifier(live, n) for n in names)))
+    trash = trash_schema(shadow)
+    conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(trash)))
+    for name in names:
+        row = conn.execute("SELECT to_regclass(%s)", (sql.Identifier(live, name).as_string(conn),)
+                           ).fetchone()
+        if row is not None and row[0] is not None:
+            conn.execute(sql.SQL("ALTER TABLE {} SET SCHEMA {}").format(
+                sql.Identifier(live, name), sql.Identifier(trash)))
     for name in names:
         conn.execute(sql.SQL("ALTER TABLE {} SET SCHEMA {}").format(
             sql.Identifier(shadow, name), sql.Identifier(live)))
+
+
+def trash_schema(shadow: str) -> str:
+    """Where the replaced live tables wait for their drop, after the swap committed."""
+    return f"{shadow}_old"
