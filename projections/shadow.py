@@ -13,7 +13,7 @@ object that is dropped with the shadow) resolve to the live schema, extensions t
 Order of work, each for speed: tables without keys or indexes; rows COPYed in binary with
 ``FREEZE`` (the tables were created in the same transaction); then the primary key, the
 secondary indexes and the HNSW index in a second transaction with generous
-``maintenance_work_mem`` and parallel maintenance workers; then ``ANALYZE``.
+``maintenance_work_mem`` and parallel maintenance workers (``ANALYZE`` before them).
 """
 
 from __future__ import annotations
@@ -116,6 +116,10 @@ def build_shadow(
             for table in rm.tables:
                 out.rows[table.name] = copy_rows(
                     conn, cache, shadow, table, rows(table.name), model_id, freeze=True)
+        with conn.transaction():  # statistics first: the index builds plan their workers
+            conn.execute(shadow_search_path(shadow, live))
+            for table in rm.tables:
+                conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(shadow, table.name)))
         out.load_seconds = time.perf_counter() - started
         with conn.transaction():
             conn.execute(shadow_search_path(shadow, live))
@@ -131,10 +135,6 @@ def build_shadow(
                 for statement in table.vector_index_sql():
                     conn.execute(statement)
             out.index_seconds = time.perf_counter() - indexing
-        with conn.transaction():
-            conn.execute(shadow_search_path(shadow, live))
-            for table in rm.tables:
-                conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(shadow, table.name)))
     return out
 
 
