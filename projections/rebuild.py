@@ -31,6 +31,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from pydantic import BaseModel
 
 from engramdb.domain.ports import EmbeddingProvider
@@ -97,6 +98,8 @@ def rebuild(
             read_done = time.perf_counter()
             for name in names:
                 _fill_embeddings(env, name, live, counting, folds[name])
+            if counting.texts:  # many fresh cache rows: give the planner statistics before the
+                _analyze_cache(conninfo, live)  # load's per-chunk lookups (index, not seq scan)
             embed_done = time.perf_counter()
             rows: dict[str, int] = {}
             load = key_index = index = swap = blocked = 0.0
@@ -243,3 +246,8 @@ def _fill_embeddings(env: dict[str, str], name: str, live: str, embedder: Counti
                 datastore, lambda curs: set_search_path(curs, live), embedder, texts)
     finally:
         factory.close()
+
+
+def _analyze_cache(conninfo: str, live: str) -> None:
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(sql.SQL("ANALYZE {}.mem_embedding_cache").format(sql.Identifier(live)))
