@@ -162,6 +162,9 @@ def merge_rebuilds(reports: Sequence[RebuildReport]) -> RebuildReport:
         "embed_seconds": sum(r.embed_seconds for r in reports),
         "write_seconds": sum(r.write_seconds for r in reports),
         "index_seconds": sum(r.index_seconds for r in reports),
+        **{field: sum(getattr(r, field) for r in reports) for field in (  # ADR-0027
+            "load_seconds", "key_index_seconds", "catch_up_events", "swap_seconds",
+            "blocked_seconds")},
     })
 
 
