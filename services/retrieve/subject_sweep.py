@@ -155,7 +155,9 @@ def sweep(
         set_hnsw(conn, max(ef_search, fetch))
         facts = conn.execute(
             f"WITH {nearest_cte('mem_facts', 'f', 'fact_id', facts_where, exact_rows)}"
-            " SELECT nn.fact_id, (f.valid_from AT TIME ZONE 'UTC')::date FROM nn"
+            # the day as text: a grouping key only, and a year-10000 edge date (an older
+            # release's poisoned row) would not load as a Python date
+            " SELECT nn.fact_id, (f.valid_from AT TIME ZONE 'UTC')::date::text FROM nn"
             " JOIN mem_facts f ON f.agent_id = %(a)s AND f.fact_id = nn.fact_id"
             " ORDER BY nn.d, nn.fact_id",
             params,
