@@ -39,6 +39,7 @@ from engramdb.services.memory import Memory
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 NOW = datetime.now(UTC)
 ENTITIES = 20
+FLUSH_EVERY = 2000  # well under the publisher's queue size, so no notice is dropped
 
 
 def generate(memory: Memory, agent: str, n: int, batch: int = 1000) -> int:
@@ -78,10 +79,12 @@ def one_size(n: int, nats_url: str) -> dict[str, float]:
         publisher = FeedbackPublisher(nats_url, prefix)
         for k in range(n // 2):
             publisher.notify(agent, [f"f{(k * 7 + j) % n}" for j in range(10)])
+            if k % FLUSH_EVERY == FLUSH_EVERY - 1:  # the queue is bounded: a full one drops
+                publisher.flush(120)
         publisher.flush(120)
         publisher.close()
         ctx = JobContext(memory, nats_url=nats_url, prefix=prefix, timeout_sec=3600)
-        out: dict[str, float] = {"notices_sent": publisher.sent}
+        out: dict[str, float] = {"notices_sent": publisher.sent, "dropped": publisher.dropped}
         for name in ("feedback", "consolidation", "importance", "vitality", "communities",
                      "profiles"):
             start = time.perf_counter()
@@ -107,6 +110,7 @@ def main() -> None:
     for n in args.sizes:
         r = one_size(n, nats_url)
         print(f"{n:>7} facts: feedback {r['feedback_s']:.2f}s ({r['notices_sent']:.0f} notices, "
+              f"{r['dropped']:.0f} dropped, "
               f"{r['feedback_events']:.0f} event), consolidation {r['consolidation_s']:.2f}s "
               f"({r['consolidation_events']:.0f} patterns), importance {r['importance_s']:.2f}s "
               f"({r['importance_events']:.0f} event), vitality {r['vitality_s']:.2f}s "

@@ -18,6 +18,7 @@ from typing import Any
 
 from psycopg import sql
 
+from engramdb.projections.pipelined import fetch_row, fetch_rows
 from engramdb.projections.tables import Table
 
 
@@ -31,24 +32,26 @@ def drop_agent_rows(curs: Any, agent_id: str, tables: Iterable[Table]) -> int:
     deleted = 0
     hashes: list[str] = []
     for table in tables:
-        curs.execute("SELECT to_regclass(%s) IS NOT NULL AS ok", (table.name,))
-        row = curs.fetchone()
+        row = fetch_row(curs, "SELECT to_regclass(%s) IS NOT NULL AS ok", (table.name,))
         if row is None or not row["ok"]:
             continue
         name = sql.Identifier(table.name)
         if table.embedded_text is not None:
             hashed = "encode(sha256(convert_to(" + table.embedded_expression("r") + ", 'UTF8')), 'hex')"
-            curs.execute(
+            found = [r["h"] for r in fetch_rows(
+                curs,
                 sql.SQL("DELETE FROM {} AS r WHERE r.agent_id = %s RETURNING " + hashed + " AS h")
                 .format(name),
                 (agent_id,),
-            )
-            found = [r["h"] for r in curs.fetchall()]
+            )]
             hashes.extend(found)
             deleted += len(found)
         else:
-            curs.execute(sql.SQL("DELETE FROM {} WHERE agent_id = %s").format(name), (agent_id,))
-            deleted += max(curs.rowcount, 0)
+            # counted in SQL: in pipeline mode ``rowcount`` is -1 until the reply was read
+            counted = fetch_row(curs, sql.SQL(
+                "WITH gone AS (DELETE FROM {} WHERE agent_id = %s RETURNING 1) "
+                "SELECT count(*) AS n FROM gone").format(name), (agent_id,))
+            deleted += int(counted["n"]) if counted else 0
     if hashes:
         curs.execute(
             "DELETE FROM mem_embedding_cache WHERE text_hash = ANY(%s)", (sorted(set(hashes)),)

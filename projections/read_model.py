@@ -41,6 +41,7 @@ from engramdb.infra.pgsql import search_path_sql, set_search_path
 from engramdb.projections.batching import Batch, BatchProjection
 from engramdb.projections.embeddings import fill_cache_outside_transactions, text_hash
 from engramdb.projections.handlers import EventHandlers
+from engramdb.projections.pipelined import insert_tracking
 from engramdb.projections.tables import (
     EMBEDDING_CACHE_DDL,
     READ_MODEL_META_DDL,
@@ -152,8 +153,10 @@ class ReadModelView(EventHandlers, PostgresTrackingRecorder):
         Texts to embed are gathered first: one cache lookup, one ``embed()`` for the misses,
         one cache insert, committed on their own (a paid vector survives a failed batch).
         Rows are written in libpq pipeline mode: statements go out without waiting for each
-        reply (a handler that reads — agent lookup, merge — syncs); an error anywhere aborts
-        the rest and rolls the transaction back.
+        reply; a statement whose rows are needed (agent lookup, merge, the tracking row) runs
+        on a cursor of its own (``projections.pipelined``: on the shared cursor it could be
+        handed an earlier INSERT's reply). An error anywhere aborts the rest and rolls the
+        transaction back.
         """
         if not batch:
             return
@@ -169,12 +172,12 @@ class ReadModelView(EventHandlers, PostgresTrackingRecorder):
         try:
             with self.datastore.transaction(commit=True) as curs, curs.connection.pipeline():
                 curs.execute(self.search_path)
-                self._insert_tracking(curs, batch[0][1])  # refuses a replay, locks the row
+                insert_tracking(self, curs, batch[0][1])  # refuses a replay, locks the row
                 for handler, event in steps:
                     if handler is not None:
                         handler(curs, event)
                 if len(batch) > 1:
-                    self._insert_tracking(curs, batch[-1][1])
+                    insert_tracking(self, curs, batch[-1][1])
         except BaseException:
             self._restore_state(saved)
             raise

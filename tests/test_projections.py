@@ -19,8 +19,14 @@ from engramdb.domain.aggregate import AgentMemory, MessageRecord
 from engramdb.domain.payloads import FactPayload
 from engramdb.infra.providers.scripted import HashEmbedder
 from engramdb.projections.embeddings import CountingEmbedder
-from engramdb.projections.read_model import EmbeddingModelMismatch
-from engramdb.projections.runner import ProjectionSet, tracking_positions, wait_for_position
+from engramdb.projections.read_model import EmbeddingModelMismatch, bind_view
+from engramdb.projections.read_models.memory.view import MemoryView
+from engramdb.projections.runner import (
+    ProjectionSet,
+    datastore_factory,
+    tracking_positions,
+    wait_for_position,
+)
 from engramdb.services.app import MemoryApplication
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
@@ -351,3 +357,33 @@ def test_read_your_writes_with_batching_and_linger(pg: Env, agent_id: str) -> No
         # visible the moment wait() returns, in both projections
         assert pg.rows("SELECT count(*) AS n FROM mem_facts")[0]["n"] == i + 1
         assert pg.rows("SELECT count(*) AS n FROM mem_messages")[0]["n"] == i + 1
+
+
+def test_a_large_batch_reads_its_own_rows_not_an_earlier_insert_reply(
+    pg: Env, agent_id: str
+) -> None:
+    """A full batch of long facts keeps the server answering while statements still go out;
+    the reads inside it (tracking row, retraction's RETURNING) must get their own rows, not
+    an earlier INSERT's reply ("the last operation didn't produce records (INSERT 0 1)")."""
+    mem = pg.app.agent_memory(agent_id)
+    mem.register_entity("person:ana", "Ana", "person", "m0", BY)
+    for i in range(480):
+        mem.add_fact(fact(f"f{i}", "person:ana", f"Ana note {i}: " + "words " * 500, T0))
+    mem.retract_fact("f0", "m9", T0 + timedelta(days=1), "user asked", BY)
+    recordings = pg.app.save(mem)
+    view = datastore_factory("memory", pg.env).tracking_recorder(
+        bind_view(MemoryView, pg.embedder)
+    )
+    try:
+        events = pg.app.agent_events(agent_id)
+        assert len(events) == len(recordings)
+        view.apply_batch([
+            (event, Tracking("engramdb", r.notification.id))
+            for event, r in zip(events, recordings, strict=True)
+        ])  # one transaction, one pipeline: the runner's largest batch
+    finally:
+        view.datastore.close()
+    rows = pg.rows("SELECT fact_id, status FROM mem_facts WHERE agent_id = %s", agent_id)
+    assert len(rows) == 480
+    assert {r["fact_id"] for r in rows if r["status"] == "retracted"} == {"f0"}
+    assert tracking_positions(pg.url, pg.schema, ["memory"])["memory"] == recordings[-1].notification.id

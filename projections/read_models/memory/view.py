@@ -18,6 +18,7 @@ from engramdb.domain.payloads import FactPayload
 from engramdb.projections.embeddings import CACHED_VECTOR_SQL
 from engramdb.projections.erasure import drop_agent_rows
 from engramdb.projections.handlers import handles
+from engramdb.projections.pipelined import fetch_row, fetch_rows
 from engramdb.projections.read_model import ReadModelView, jsonb
 from engramdb.projections.read_models.memory.tables import (
     FACTS,
@@ -58,8 +59,9 @@ class MemoryView(ReadModelView):
     def _agent(self, curs: Any, originator_id: UUID) -> str:
         agent = self._agents.get(originator_id)
         if agent is None:
-            curs.execute("SELECT agent_id FROM mem_agents WHERE aggregate_id = %s", (originator_id,))
-            row = curs.fetchone()
+            row = fetch_row(
+                curs, "SELECT agent_id FROM mem_agents WHERE aggregate_id = %s", (originator_id,)
+            )
             if row is None:
                 raise LookupError(f"agent aggregate {originator_id} has no Opened event projected")
             agent = self._agents[originator_id] = row["agent_id"]
@@ -128,14 +130,15 @@ class MemoryView(ReadModelView):
             "DELETE FROM mem_fact_entities WHERE agent_id = %(a)s AND entity_key = %(m)s", p
         )
         # relationships: re-point both ends, drop self-loops, sum duplicates
-        curs.execute(
+        removed = fetch_rows(
+            curs,
             "DELETE FROM mem_relationships WHERE agent_id = %(a)s "
             "AND (source_key = %(m)s OR target_key = %(m)s) "
             "RETURNING source_key, target_key, relation_type, mentions, first_seen_at, last_seen_at",
             p,
         )
         for key, (mentions, first, last) in merge_relationship_rows(
-            curs.fetchall(), e.merged_key, e.into_key
+            removed, e.merged_key, e.into_key
         ).items():
             self._upsert_relationship(curs, p["a"], *key, mentions, first, last)
 
@@ -214,13 +217,13 @@ class MemoryView(ReadModelView):
     @handles(AgentMemory.FactRetracted)
     def _fact_retracted(self, curs: Any, e: AgentMemory.FactRetracted) -> None:
         agent = self._agent(curs, e.originator_id)
-        curs.execute(
+        row = fetch_row(
+            curs,
             "UPDATE mem_facts SET status = 'retracted', valid_to = %s, invalidated_at = %s, "
             "event_versions = array_append(event_versions, %s) "
             "WHERE agent_id = %s AND fact_id = %s RETURNING source_message_ids",
             (e.retracted_at, e.timestamp, e.originator_version, agent, e.fact_id),
         )
-        row = curs.fetchone()
         hidden = hidden_message_rows(agent, e, row["source_message_ids"] if row else [])
         curs.executemany(
             "INSERT INTO mem_hidden_messages (agent_id, message_id, hidden_at, fact_id) "
