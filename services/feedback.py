@@ -18,6 +18,7 @@ import logging
 import queue
 import re
 import threading
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 DEFAULT_RETENTION_DAYS = 30.0
 QUEUE_SIZE = 10_000
 RETRY_AFTER_SEC = 5.0  # how long notices are dropped after the broker could not be reached
+FULL_WARNING_EVERY_SEC = 60.0  # a full queue is said at most this often (retrieve is hot)
 
 
 def feedback_subject(agent_id: str, prefix: str = DEFAULT_PREFIX) -> str:
@@ -82,6 +84,7 @@ class FeedbackPublisher:
         self.retention_days = retention_days
         self.sent = 0
         self.dropped = 0
+        self._next_full_warning = 0.0
         self._queue: queue.Queue[bytes | None] = queue.Queue(QUEUE_SIZE)
         self._thread = threading.Thread(target=self._run, name="engramdb-feedback", daemon=True)
         self._thread.start()
@@ -93,6 +96,12 @@ class FeedbackPublisher:
             self._queue.put_nowait(notice_bytes(agent_id, fact_ids, at or datetime.now(UTC)))
         except queue.Full:
             self.dropped += 1
+            now = time.monotonic()
+            if now >= self._next_full_warning:
+                self._next_full_warning = now + FULL_WARNING_EVERY_SEC
+                log.warning("retrieval feedback queue full (%d notices): %d dropped so far; "
+                            "the broker is slower than retrieve — importance will undercount "
+                            "usage", QUEUE_SIZE, self.dropped)
 
     def flush(self, timeout: float = 5.0) -> None:
         """Wait until queued notices were handed to NATS (tests, shutdown)."""
@@ -113,8 +122,6 @@ class FeedbackPublisher:
         asyncio.run(self._publish_forever())
 
     async def _publish_forever(self) -> None:
-        import time
-
         import nats
 
         loop = asyncio.get_running_loop()

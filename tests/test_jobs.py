@@ -130,6 +130,28 @@ def test_feedback_never_blocks_retrieve_without_a_broker(memory: Memory) -> None
     assert not memory.feedback._thread.is_alive()  # nothing left trying in the background
 
 
+def test_a_full_feedback_queue_drops_and_says_so_once(
+    nats_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Retrieve never waits for the broker: past the queue's bound notices are dropped,
+    counted, and the operator is told (once per minute, not once per retrieve)."""
+    from engramdb.services import feedback
+
+    monkeypatch.setattr(feedback, "QUEUE_SIZE", 2)
+    publisher = feedback.FeedbackPublisher(nats_url, f"full{uuid.uuid4().hex[:6]}")
+    try:
+        with caplog.at_level("WARNING", logger=feedback.__name__):
+            for k in range(300):
+                publisher.notify("agent-full", [f"f{k}"])
+        publisher.flush(30)
+        assert publisher.dropped > 0
+        assert publisher.sent + publisher.dropped == 300  # every notice accounted for
+        full = [r for r in caplog.records if "queue full" in r.getMessage()]
+        assert len(full) == 1
+    finally:
+        publisher.close()
+
+
 def test_a_failing_or_slow_job_is_recorded_and_the_others_run(memory: Memory) -> None:
     agent = f"f-{uuid.uuid4().hex[:6]}"
     done = memory.write(agent, "I work at Vertix", speaker="Ana")
