@@ -110,12 +110,18 @@ def test_compound_sentence_is_one_fact_per_attribute() -> None:
         ("Joana mora em Lisboa", "residence"),
         ("Joana trabalha na Natura.", "workplace"),
     ]
-    # An elided subject is the head's: a third person stays third person.
+    # An elided subject is the head's: a third person stays third person, and "my" names
+    # the speaker (in memory, "my" would mean whoever reads the fact).
     carlos = extract("My brother Carlos lives in Porto and works at Vertix.")
     assert [(f.entity, f.text, f.attribute_key) for f in carlos.facts] == [
-        ("Carlos", "My brother Carlos lives in Porto", "residence"),
-        ("Carlos", "My brother Carlos works at Vertix.", "workplace"),
+        ("Carlos", "Rita's brother Carlos lives in Porto", "residence"),
+        ("Carlos", "Rita's brother Carlos works at Vertix.", "workplace"),
     ]
+    # Another first person left in the sentence: kept as said rather than half rewritten.
+    assert [f.text for f in extract("My brother Carlos visits me in Porto.").facts] == [
+        "My brother Carlos visits me in Porto."]
+    assert [f.text for f in extract("My husband Bruno loves football.").facts] == [
+        "Rita's husband Bruno loves football."]
     intro = extract("I'm Rita, I live in Lisbon and I work at Acme.")
     assert [f.text for f in intro.facts] == ["Rita lives in Lisbon", "Rita works at Acme."]
     # Not every "and" splits: the second half states no attribute.

@@ -34,6 +34,7 @@ from engramdb.services.extraction.rule_based.clauses import split_clauses
 from engramdb.services.extraction.rule_based.grammar import (
     job_title,
     leading_name,
+    name_the_possessor,
     rewrite_first_person,
 )
 from engramdb.services.extraction.rule_based.known import (
@@ -70,9 +71,18 @@ OFFLINE_NOTICE = (
     "to extract facts with an LLM)"
 )
 # Recorded as the facts' provenance (like an LLM prompt version). v2 (issue 9): clauses,
-# retraction requests, self-introductions, negation + new value as one UPDATE.
-RULES_VERSION = "rule-based/v2"
+# retraction requests, self-introductions, negation + new value as one UPDATE. v3: "My brother
+# Carlos…" → "Rita's brother Carlos…" (the possessor named).
+RULES_VERSION = "rule-based/v3"
 SELF_FALLBACK = "user"
+
+
+def speaker_named(sentence: str, speaker: str | None, about_the_speaker: bool) -> str:
+    """The fact's text with the speaker's first person replaced by their name: as the subject
+    when the fact is about the speaker ("I live…"), and as the possessor of a leading "my"
+    ("My husband Bruno loves…", a fact about the speaker's family or about Bruno)."""
+    text = rewrite_first_person(sentence, speaker) if about_the_speaker else sentence
+    return name_the_possessor(text, speaker)
 
 
 @dataclass
@@ -179,7 +189,7 @@ class RuleBasedExtractor:
             if subject is None:
                 continue
             subject = canonical_name(subject, forms)
-            text = rewrite_first_person(clause, request.speaker if subject == self_name else None)
+            text = speaker_named(clause, request.speaker, subject == self_name)
             known = matching_known_fact(request, subject, text)
             facts.append(
                 ExtractedFact(
@@ -343,7 +353,7 @@ class RuleBasedExtractor:
         if obj_name and obj_name not in mentions and fold_case(obj_name) != fold_case(subject):
             mentions.append(obj_name)
 
-        text = rewrite_first_person(sentence, request.speaker if subject == self_name else None)
+        text = speaker_named(sentence, request.speaker, subject == self_name)
         if category is None:
             category = next((cat for cat, rx in CATEGORY_HINTS if rx.search(sentence)), "personal")
         return ExtractedFact(

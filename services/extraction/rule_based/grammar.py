@@ -96,6 +96,27 @@ def _en_third_person(verb: str) -> str | None:
     return verb + "s"
 
 
+def name_the_possessor(sentence: str, speaker: str | None) -> str:
+    """A fact a speaker states about their own people names the speaker: "My brother Carlos
+    lives in Porto" → "Rita's brother Carlos lives in Porto".
+
+    Why: the fact outlives the conversation, and in memory "my" would mean whoever reads it —
+    in a two-person chat, either speaker. Only a leading English "My" with no other first
+    person left in the sentence (else verbatim: a faithful sentence beats a wrong rewrite);
+    Portuguese ("Meu irmão…") would need the noun phrase moved ("O irmão de Rita…") and is
+    kept as said.
+    """
+    if not speaker:
+        return sentence
+    mine = re.match(r"^[Mm]y\s+(?P<rest>\S.*)$", sentence)
+    if not mine:
+        return sentence
+    rest = re.sub(r"\bmy\b", f"{speaker}'s", mine.group("rest"))
+    if re.search(r"\b(?:I|me|mine|myself|we|us|our)\b|\bI['’]", rest):
+        return sentence
+    return f"{speaker}'s {rest}"
+
+
 def rewrite_first_person(sentence: str, speaker: str | None) -> str:
     """Rewrite a *simple* leading first person to the speaker's name; else keep as-is.
 
