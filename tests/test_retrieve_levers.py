@@ -58,6 +58,23 @@ def test_diversify_free_units_of_a_source_are_not_discounted() -> None:
         diversify(["a"], [1.0], ["d"], 0.5, free=0)
 
 
+def test_diversify_from_start_keeps_the_top_as_fused_and_spreads_only_the_tail() -> None:
+    units, scores = ["a", "b", "c", "d", "x"], [1.0, 0.9, 0.8, 0.7, 0.6]
+    days = ["d1", "d1", "d1", "d1", "d2"]
+    # from the top, x (another day) jumps to second place
+    assert [u for u, _ in diversify(units, scores, days, 0.5)][:2] == ["a", "x"]
+    # start=3: a, b, c stay where fusion put them (and count as shown); below them x beats d
+    placed = diversify(units, scores, days, 0.5, start=3)
+    assert placed[:3] == [("a", 1.0), ("b", 0.9), ("c", 0.8)]
+    assert [u for u, _ in placed[3:]] == ["x", "d"]
+    assert placed[4][1] == pytest.approx(0.7 * 0.5**3)  # d1's fourth unit, three discounts
+    values = [s for _, s in placed]
+    assert values == sorted(values, reverse=True)
+    assert diversify(units, scores, days, 0.5, start=5) == list(zip(units, scores, strict=True))
+    with pytest.raises(ValueError, match="start"):
+        diversify(units, scores, days, 0.5, start=-1)
+
+
 def test_diversify_never_penalises_units_of_unknown_source_and_rejects_bad_penalty() -> None:
     placed = diversify(["a", "b"], [1.0, 0.9], [None, None], 0.9)
     assert placed == [("a", 1.0), ("b", 0.9)]

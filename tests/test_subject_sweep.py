@@ -18,6 +18,7 @@ from engramdb.services.retrieve.config import RetrieveConfig
 from engramdb.services.retrieve.models import PlannedEntity, RetrievalPlan
 from engramdb.services.retrieve.subject_sweep import (
     cap_per_group,
+    interleave,
     is_list_question,
     subject_of,
     without_names,
@@ -75,6 +76,19 @@ def test_subject_of_needs_one_or_two_named_entities_and_for_list_scope_a_list_qu
     assert subject_of("What do Tim and Ana both like?", _plan(tim, ana), "list") is not None
 
 
+def test_subject_of_keeps_each_named_person_apart() -> None:
+    tim = PlannedEntity(entity_key="person:tim", display_name="Tim", source="deterministic", matched="tim", in_query=True)
+    ana = PlannedEntity(entity_key="person:ana", display_name="Ana", source="deterministic", matched="ana", in_query=True)
+    subject = subject_of("What do Tim and Ana both like?", _plan(tim, ana), "any")
+    assert subject is not None
+    assert subject.people == (("person:tim", ("tim",)), ("person:ana", ("ana",)))
+
+
+def test_interleave_takes_each_list_in_turn_and_skips_repeats() -> None:
+    assert interleave([["a", "b", "c"], ["x", "a", "y"]]) == ["a", "x", "b", "c", "y"]
+    assert interleave([]) == [] and interleave([[], ["x"]]) == ["x"]
+
+
 def test_cap_per_group() -> None:
     ranked = [("a", 1), ("b", 1), ("c", 1), ("d", 2), ("e", 1), ("f", 2)]
     assert cap_per_group(ranked, 0) == ["a", "b", "c", "d", "e", "f"]
@@ -84,6 +98,7 @@ def test_cap_per_group() -> None:
 def test_sweep_is_on_by_default_as_cross_validated_and_bounded() -> None:
     # the default is the grid's `sweep-any-all`, chosen in every fold in both LoCoMo modes (ADR-0025)
     cfg = RetrieveConfig()
+    assert cfg.rrf_weights["fact_person"] == 0.0 and cfg.rrf_weights["message_person"] == 0.0  # ADR-0034
     assert cfg.rrf_weights["fact_subject"] == 1.0 and cfg.rrf_weights["message_subject"] == 1.0
     assert not cfg.subject_sweep_only_subject and cfg.subject_sweep_scope == "any"
     with pytest.raises(ValueError):
@@ -177,3 +192,28 @@ def test_the_sweep_brings_the_subjects_own_turn_and_not_the_other_speakers(
     # same query, same memory, same answer
     again = concept_retriever.retrieve(agent_id, "Which places has Tim been to?", config_overrides={**small, **SWEEP})
     assert [(e.message_id, e.score) for e in again.events] == [(e.message_id, e.score) for e in on.events]
+
+
+def test_the_person_sweep_gives_each_named_person_a_share_of_the_top(
+    concept_retriever: Retriever, concept_store: Store, agent_id: str
+) -> None:
+    """Tim says much about travel, Ana little: one ranking over both fills with Tim, one list
+    per person taken in turn puts Ana's one trip fact second."""
+    s = concept_store
+    s.entity(agent_id, "person:tim", "Tim")
+    s.entity(agent_id, "person:ana", "Ana")
+    for i in range(4):
+        s.fact(agent_id, f"f_tim_{i}", "person:tim", f"Tim took a trip to London number {i}",
+               valid_from=T0 - timedelta(days=i))
+    s.fact(agent_id, "f_ana", "person:ana", "Ana went on a long trip with her sister", valid_from=T0)
+    query = "Which places have Tim and Ana both been to?"
+    small = {"candidate_pool": 4, "enable_reranker": False}
+    person = {"rrf_weights": {"fact_subject": 0.0, "message_subject": 0.0, "fact_person": 1.0,
+                              "message_person": 1.0}}
+    on = concept_retriever.retrieve(agent_id, query, config_overrides={**small, **person})
+    ranks = {f.fact_id: f.scores.get("rank_fact_person") for f in on.facts}
+    assert ranks["f_ana"] in (1.0, 2.0)  # first or second: one of the two persons' first facts
+    assert sorted(r for r in ranks.values() if r is not None)[:2] == [1.0, 2.0]
+    assert on.trace["candidates"]["person_facts"] >= 2
+    off = concept_retriever.retrieve(agent_id, query, config_overrides=small)
+    assert all("rank_fact_person" not in f.scores for f in off.facts)  # off by default

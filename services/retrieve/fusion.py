@@ -93,14 +93,16 @@ def fuse_candidates(
     time_windows: Sequence[Window] = (),
     time_boost: float = 0.0,
     diversity_free: int = 1,
+    diversity_start: int = 0,
 ) -> tuple[list[Candidate], list[EventCandidate], dict[str, int]]:
     """The fused order applied to the candidates: each gets its normalised RRF score as
     ``formula`` and ``final`` (so the optional reranker blends into it as it does into the
     spec's formula) and ``scores["rrf"]``; units in no list are dropped, repeats removed.
     ``time_boost`` > 0 multiplies by ``1 + time_boost`` the score of units dated inside one of
     the query's ``time_windows`` (``timeexpr``); then ``diversity_penalty`` > 0 discounts
-    units from a day already shown ``diversity_free`` times above (``diversity.diversify``). Returns facts and turns best first, and how many units fusion
-    dropped as repeats."""
+    units from a day already shown ``diversity_free`` times above (``diversity.diversify``),
+    below the first ``diversity_start`` units. Returns facts and turns best first, and how many
+    units fusion dropped as repeats."""
     by_fact = {c.fact_id: c for c in facts}
     by_event = {e.message_id: e for e in events}
     present = {
@@ -119,7 +121,7 @@ def fuse_candidates(
         order = sorted(range(len(kept)), key=lambda i: (-raw[i], i))
         kept, raw, when = [kept[i] for i in order], [raw[i] for i in order], [when[i] for i in order]
     placed = diversify(kept, raw, [None if w is None else w.astimezone(UTC).date() for w in when],
-                       diversity_penalty, diversity_free)
+                       diversity_penalty, diversity_free, diversity_start)
     out_facts: list[Candidate] = []
     out_events: list[EventCandidate] = []
     for unit, value in placed:

@@ -411,7 +411,7 @@ class Retriever:
         with call.trace.stage("fuse"):
             ranked, events, counts = fuse_candidates(call.lists, cfg.rrf_weights, cfg.rrf_k, ranked, events,
                                                      cfg.diversity_penalty, windows, cfg.time_boost,
-                                                     cfg.diversity_free)
+                                                     cfg.diversity_free, cfg.diversity_start)
         call.trace.count(**counts)
         return ranked, events
 
