@@ -92,6 +92,38 @@ def test_fuse_candidates_spreads_the_top_over_days_when_asked() -> None:
     assert spread[1].final > spread[2].final
 
 
+def test_fuse_candidates_tail_lists_count_only_below_the_head() -> None:
+    """ADR-0034: with ``tail_start``, the first units are the fusion of the other lists (as if
+    the tail lists were off); the tail lists re-order only what comes after."""
+    facts = [fact(f"f{i}", DAY1, f"m{i}") for i in range(1, 6)]
+    lists = {"fact_semantic": (FACT, ["f1", "f2", "f3", "f4", "f5"]),
+             "fact_person": (FACT, ["f5", "f2", "f4"])}
+    weights = {"fact_semantic": 1.0, "fact_person": 1.0}
+    off, _, _ = fuse_candidates(lists, {"fact_semantic": 1.0}, 5, facts, [])
+    everywhere, _, _ = fuse_candidates(lists, weights, 5, facts, [])
+    assert [c.fact_id for c in everywhere][:3] == ["f2", "f5", "f4"]  # the person list reorders the top
+    tail, _, _ = fuse_candidates(lists, weights, 5, facts, [], tail_lists=("fact_person",), tail_start=2)
+    ids = [c.fact_id for c in tail]
+    assert ids[:2] == [c.fact_id for c in off][:2] == ["f1", "f2"]
+    assert ids[2:] == ["f5", "f4", "f3"]  # below the head: the fusion of every list
+    scores = [c.final for c in tail]
+    assert scores == sorted(scores, reverse=True) and all(0.0 < v <= 1.0 for v in scores)
+    # tail list off (weight 0) or absent: the plain fusion
+    same, _, _ = fuse_candidates(lists, {"fact_semantic": 1.0, "fact_person": 0.0}, 5, facts, [],
+                                 tail_lists=("fact_person",), tail_start=2)
+    assert [c.fact_id for c in same] == [c.fact_id for c in off]
+
+
+def test_fuse_candidates_tail_skips_a_turn_its_head_fact_already_cites() -> None:
+    facts = [fact("f1", DAY1, "m1")]
+    events = [turn("m1", DAY1), turn("m2", DAY2)]
+    lists = {"fact_semantic": (FACT, ["f1"]), "message_person": (EVENT, ["m1", "m2"])}
+    weights = {"fact_semantic": 1.0, "message_person": 1.0}
+    out_f, out_e, _ = fuse_candidates(lists, weights, 5, facts, events,
+                                      tail_lists=("message_person",), tail_start=1)
+    assert [c.fact_id for c in out_f] == ["f1"] and [e.message_id for e in out_e] == ["m2"]
+
+
 def test_config_levers_defaults_are_the_cross_validated_choice_and_bounded() -> None:
     cfg = RetrieveConfig()  # ADR-0021: the time boost and the hedge words earned their place
     assert cfg.diversity_penalty == 0.0 and cfg.decompose is False

@@ -89,6 +89,19 @@ def test_interleave_takes_each_list_in_turn_and_skips_repeats() -> None:
     assert interleave([]) == [] and interleave([[], ["x"]]) == ["x"]
 
 
+def test_subject_of_keeps_each_person_apart_for_the_per_person_sweep() -> None:
+    tim = PlannedEntity(entity_key="person:tim", display_name="Tim", source="deterministic", matched="tim", in_query=True)
+    ana = PlannedEntity(entity_key="person:ana", display_name="Ana", source="deterministic", matched="ana", in_query=True)
+    subject = subject_of("What movies have both Tim and Ana seen?", _plan(tim, ana), "any")
+    assert subject is not None
+    assert subject.people == (("person:tim", ("tim",)), ("person:ana", ("ana",)))
+
+
+def test_interleave_takes_each_list_in_turn_without_repeats() -> None:
+    assert interleave([["a", "b", "c"], ["x", "a", "y"]]) == ["a", "x", "b", "c", "y"]
+    assert interleave([["a"], []]) == ["a"] and interleave([]) == []
+
+
 def test_cap_per_group() -> None:
     ranked = [("a", 1), ("b", 1), ("c", 1), ("d", 2), ("e", 1), ("f", 2)]
     assert cap_per_group(ranked, 0) == ["a", "b", "c", "d", "e", "f"]
@@ -105,6 +118,9 @@ def test_sweep_is_on_by_default_as_cross_validated_and_bounded() -> None:
         cfg.with_overrides({"subject_sweep_scope": "everything"})
     with pytest.raises(ValueError):
         cfg.with_overrides({"subject_sweep_per_session": -1})
+    # the per-person lists (ADR-0034) ship off
+    assert cfg.rrf_weights["fact_person"] == 0.0 and cfg.rrf_weights["message_person"] == 0.0
+    assert cfg.person_lists_from == 0 and cfg.person_sweep_scope == "list"
 
 
 # ----------------------------------------------------------------------------- end to end
@@ -217,3 +233,31 @@ def test_the_person_sweep_gives_each_named_person_a_share_of_the_top(
     assert on.trace["candidates"]["person_facts"] >= 2
     off = concept_retriever.retrieve(agent_id, query, config_overrides=small)
     assert all("rank_fact_person" not in f.scores for f in off.facts)  # off by default
+
+
+def test_the_per_person_sweep_gives_each_named_person_a_turn_at_the_top(
+    concept_retriever: Retriever, concept_store: Store, agent_id: str
+) -> None:
+    """ADR-0034: a question about two people; Tim says far more about travel than Ana, so
+    one ranking over both fills with Tim. The per-person lists take each person in turn."""
+    s = concept_store
+    s.entity(agent_id, "person:tim", "Tim")
+    s.entity(agent_id, "person:ana", "Ana")
+    for i in range(4):
+        s.message(agent_id, f"m_tim{i}", f"London trip place number {i}", T0 - timedelta(days=i), speaker="Tim")
+    s.message(agent_id, "m_ana", "I loved our week in Porto, a lovely place", T0 - timedelta(days=9), speaker="Ana")
+    s.message(agent_id, "m_bob", "London trip places", T0 - timedelta(days=1), speaker="Bob")
+    query = "Which places have both Tim and Ana been to?"
+    base = {"candidate_pool": 6, "enable_reranker": False, "topk_events": 20,
+            "rrf_weights": {"fact_subject": 0.0, "message_subject": 0.0, "fact_person": 1.0, "message_person": 1.0}}
+    on = concept_retriever.retrieve(agent_id, query, config_overrides=base)
+    ranks = {e.message_id: e.scores.get("rank_message_person") for e in on.events}
+    assert ranks.get("m_tim0") == 1.0 and ranks.get("m_ana") == 2.0  # Tim's best, then Ana's
+    assert ranks.get("m_bob") is None  # neither named person said it
+    assert on.trace["candidates"]["person_messages"] >= 2
+    # scope "list" (the default) runs it only for questions asking for several things
+    single = concept_retriever.retrieve(agent_id, "Where did Tim and Ana meet?", config_overrides=base)
+    assert single.trace["candidates"].get("person_messages", 0) == 0
+    anyq = concept_retriever.retrieve(agent_id, "Where did Tim and Ana meet?",
+                                      config_overrides={**base, "person_sweep_scope": "any"})
+    assert anyq.trace["candidates"]["person_messages"] >= 2

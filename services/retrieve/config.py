@@ -127,6 +127,13 @@ class RetrieveConfig(BaseModel):
     subject_sweep_only_subject: bool = Field(default=False,
         description="(engramdb) subject sweep: rank only the subject's facts and turns (else every "
         "fact and turn, by the question without the names)")
+    person_sweep_scope: Literal["list", "any"] = Field(default="list",
+        description="(engramdb) per-person sweep (rrf_weights fact_person / message_person > 0, "
+        "ADR-0034): 'list' only for questions asking for several things, 'any' whenever the "
+        "question names one or two entities")
+    person_lists_from: int = Field(default=0, ge=0, le=1000,
+        description="(engramdb) fact_person / message_person count only below the first this many "
+        "units of the fusion of the other lists (ADR-0034); 0 = everywhere")
     recency_half_life_days: float = Field(default=14.0, gt=0.0, le=36_500.0)
     confidence_half_life_days: float = Field(default=180.0, gt=0.0, le=36_500.0, description="(engramdb)")
     confidence_decay_floor: float = Field(default=0.80, ge=0.0, le=1.0, description="(engramdb) confidence never decays below this share"

@@ -268,7 +268,8 @@ def finish(call: Call, conn: Any, started: Started | None, qvec: str | None, exa
                         limit=cfg.candidate_pool, ef_search=cfg.hnsw_ef_search,
                         per_session=cfg.subject_sweep_per_session, exact_rows=exact_rows,
                         only_subject=cfg.subject_sweep_only_subject)
-        if enabled(cfg.rrf_weights, PERSON_LISTS):
+        if enabled(cfg.rrf_weights, PERSON_LISTS) and (
+                cfg.person_sweep_scope == "any" or is_list_question(call.query)):
             people = sweep_people(conn, call.agent_id, subject, vec, as_of=call.as_of,
                                   min_confidence=cfg.min_confidence, limit=cfg.candidate_pool,
                                   ef_search=cfg.hnsw_ef_search, exact_rows=exact_rows)
