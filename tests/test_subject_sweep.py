@@ -20,6 +20,7 @@ from engramdb.services.retrieve.subject_sweep import (
     cap_per_group,
     interleave,
     is_list_question,
+    one_pronoun,
     subject_of,
     without_names,
 )
@@ -95,6 +96,18 @@ def test_subject_of_keeps_each_person_apart_for_the_per_person_sweep() -> None:
     subject = subject_of("What movies have both Tim and Ana seen?", _plan(tim, ana), "any")
     assert subject is not None
     assert subject.people == (("person:tim", ("tim",)), ("person:ana", ("ana",)))
+
+
+def test_pair_as_one_reads_two_names_as_one_plural_subject() -> None:
+    assert one_pronoun("What movies have both they and they seen?") == "What movies have both they seen?"
+    assert one_pronoun("Who is they and their favorite player?") == "Who is their favorite player?"
+    assert one_pronoun("What has they recommended to they?") == "What has they recommended to they?"
+    tim = PlannedEntity(entity_key="person:tim", display_name="Tim", source="deterministic", matched="tim", in_query=True)
+    ana = PlannedEntity(entity_key="person:ana", display_name="Ana", source="deterministic", matched="ana", in_query=True)
+    query = "What movies have both Tim and Ana seen?"
+    plain, paired = subject_of(query, _plan(tim, ana), "any"), subject_of(query, _plan(tim, ana), "any", True)
+    assert plain is not None and plain.stripped_query == "What movies have both they and they seen?"
+    assert paired is not None and paired.stripped_query == "What movies have both they seen?"
 
 
 def test_interleave_takes_each_list_in_turn_without_repeats() -> None:

@@ -127,6 +127,9 @@ class RetrieveConfig(BaseModel):
     subject_sweep_only_subject: bool = Field(default=False,
         description="(engramdb) subject sweep: rank only the subject's facts and turns (else every "
         "fact and turn, by the question without the names)")
+    subject_sweep_pair_as_one: bool = Field(default=False,
+        description="(engramdb) subject sweep: two names joined by 'and' become one pronoun in the "
+        "name-less question ('both they and they' -> 'both they', ADR-0034)")
     person_sweep_scope: Literal["list", "any"] = Field(default="list",
         description="(engramdb) per-person sweep (rrf_weights fact_person / message_person > 0, "
         "ADR-0034): 'list' only for questions asking for several things, 'any' whenever the "

@@ -86,9 +86,21 @@ def without_names(query: str, names: Sequence[str]) -> str:
     return " ".join(out.split())
 
 
-def subject_of(query: str, plan: RetrievalPlan, scope: str) -> Subject | None:
+_PAIR = re.compile(r"\b(they|their)\s*(?:,\s*)?(?:and|&|e)\s+(they|their)\b", re.IGNORECASE)
+
+
+def one_pronoun(stripped: str) -> str:
+    """"they and they" → "they", "they and their" → "their": two named people asked about
+    together read as one plural subject ("What movies have both they and they seen?" →
+    "What movies have both they seen?"), which the embedding reads as a normal sentence."""
+    return _PAIR.sub(lambda m: "their" if "their" in (m.group(1).lower(), m.group(2).lower()) else "they",
+                     stripped)
+
+
+def subject_of(query: str, plan: RetrievalPlan, scope: str, pair_as_one: bool = False) -> Subject | None:
     """The named entities of the plan (found in the query itself, not by expansion), when
-    there are one or two and — for ``scope="list"`` — the question asks for a list."""
+    there are one or two and — for ``scope="list"`` — the question asks for a list.
+    ``pair_as_one``: two names joined by "and" become one pronoun (``one_pronoun``)."""
     named = [e for e in plan.entities if e.source == "deterministic" and e.in_query]
     if not named or len(named) > MAX_SUBJECTS:
         return None
@@ -96,6 +108,8 @@ def subject_of(query: str, plan: RetrievalPlan, scope: str) -> Subject | None:
         return None
     names = [n for e in named for n in (e.display_name, e.matched)]
     stripped = without_names(query, names)
+    if pair_as_one:
+        stripped = one_pronoun(stripped)
     if not stripped or fold(stripped) == fold(query):
         return None
     people: dict[str, set[str]] = {}
@@ -240,7 +254,7 @@ def start(call: Call, plan: RetrievalPlan, embed: Callable[[str], Future[tuple[s
     embedding worker (it runs beside the graph / aggregation statements)."""
     if call.cfg.ranking != "rrf" or not enabled(call.cfg.rrf_weights):
         return None
-    subject = subject_of(call.query, plan, call.cfg.subject_sweep_scope)
+    subject = subject_of(call.query, plan, call.cfg.subject_sweep_scope, call.cfg.subject_sweep_pair_as_one)
     call.trace.note(subject_sweep=None if subject is None else {
         "entities": list(subject.entity_keys), "query": subject.stripped_query})
     if subject is None:
