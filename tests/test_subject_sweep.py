@@ -77,19 +77,6 @@ def test_subject_of_needs_one_or_two_named_entities_and_for_list_scope_a_list_qu
     assert subject_of("What do Tim and Ana both like?", _plan(tim, ana), "list") is not None
 
 
-def test_subject_of_keeps_each_named_person_apart() -> None:
-    tim = PlannedEntity(entity_key="person:tim", display_name="Tim", source="deterministic", matched="tim", in_query=True)
-    ana = PlannedEntity(entity_key="person:ana", display_name="Ana", source="deterministic", matched="ana", in_query=True)
-    subject = subject_of("What do Tim and Ana both like?", _plan(tim, ana), "any")
-    assert subject is not None
-    assert subject.people == (("person:tim", ("tim",)), ("person:ana", ("ana",)))
-
-
-def test_interleave_takes_each_list_in_turn_and_skips_repeats() -> None:
-    assert interleave([["a", "b", "c"], ["x", "a", "y"]]) == ["a", "x", "b", "c", "y"]
-    assert interleave([]) == [] and interleave([[], ["x"]]) == ["x"]
-
-
 def test_subject_of_keeps_each_person_apart_for_the_per_person_sweep() -> None:
     tim = PlannedEntity(entity_key="person:tim", display_name="Tim", source="deterministic", matched="tim", in_query=True)
     ana = PlannedEntity(entity_key="person:ana", display_name="Ana", source="deterministic", matched="ana", in_query=True)
@@ -124,16 +111,15 @@ def test_cap_per_group() -> None:
 def test_sweep_is_on_by_default_as_cross_validated_and_bounded() -> None:
     # the default is the grid's `sweep-any-all`, chosen in every fold in both LoCoMo modes (ADR-0025)
     cfg = RetrieveConfig()
-    assert cfg.rrf_weights["fact_person"] == 0.0 and cfg.rrf_weights["message_person"] == 0.0  # ADR-0034
     assert cfg.rrf_weights["fact_subject"] == 1.0 and cfg.rrf_weights["message_subject"] == 1.0
     assert not cfg.subject_sweep_only_subject and cfg.subject_sweep_scope == "any"
     with pytest.raises(ValueError):
         cfg.with_overrides({"subject_sweep_scope": "everything"})
     with pytest.raises(ValueError):
         cfg.with_overrides({"subject_sweep_per_session": -1})
-    # the per-person lists (ADR-0034) ship off
-    assert cfg.rrf_weights["fact_person"] == 0.0 and cfg.rrf_weights["message_person"] == 0.0
-    assert cfg.person_lists_from == 0 and cfg.person_sweep_scope == "list"
+    # the per-person lists (ADR-0034): `person-list-0.5-tail10`, chosen in every fold (LOCO-CV)
+    assert cfg.rrf_weights["fact_person"] == 0.5 and cfg.rrf_weights["message_person"] == 0.5
+    assert cfg.person_lists_from == 10 and cfg.person_sweep_scope == "list"
 
 
 # ----------------------------------------------------------------------------- end to end
@@ -167,7 +153,7 @@ def concept_retriever(concept_store: Store) -> Iterator[Retriever]:
 # pinned, not the defaults: these tests show each variant's behaviour, whatever the default is
 SWEEP = {"rrf_weights": {"fact_subject": 1.0, "message_subject": 1.0},
          "subject_sweep_scope": "list", "subject_sweep_only_subject": True}
-NO_SWEEP = {"rrf_weights": {"fact_subject": 0.0, "message_subject": 0.0}}
+NO_SWEEP = {"rrf_weights": {"fact_subject": 0.0, "message_subject": 0.0, "fact_person": 0.0, "message_person": 0.0}}
 
 
 def test_the_sweep_brings_the_subjects_fact_that_shares_only_the_name(
@@ -238,14 +224,14 @@ def test_the_person_sweep_gives_each_named_person_a_share_of_the_top(
     query = "Which places have Tim and Ana both been to?"
     small = {"candidate_pool": 4, "enable_reranker": False}
     person = {"rrf_weights": {"fact_subject": 0.0, "message_subject": 0.0, "fact_person": 1.0,
-                              "message_person": 1.0}}
+                              "message_person": 1.0}, "person_lists_from": 0}
     on = concept_retriever.retrieve(agent_id, query, config_overrides={**small, **person})
     ranks = {f.fact_id: f.scores.get("rank_fact_person") for f in on.facts}
     assert ranks["f_ana"] in (1.0, 2.0)  # first or second: one of the two persons' first facts
     assert sorted(r for r in ranks.values() if r is not None)[:2] == [1.0, 2.0]
     assert on.trace["candidates"]["person_facts"] >= 2
-    off = concept_retriever.retrieve(agent_id, query, config_overrides=small)
-    assert all("rank_fact_person" not in f.scores for f in off.facts)  # off by default
+    off = concept_retriever.retrieve(agent_id, query, config_overrides={**small, **NO_SWEEP})
+    assert all("rank_fact_person" not in f.scores for f in off.facts)  # weight 0: not run
 
 
 def test_the_per_person_sweep_gives_each_named_person_a_turn_at_the_top(
@@ -262,7 +248,8 @@ def test_the_per_person_sweep_gives_each_named_person_a_turn_at_the_top(
     s.message(agent_id, "m_bob", "London trip places", T0 - timedelta(days=1), speaker="Bob")
     query = "Which places have both Tim and Ana been to?"
     base = {"candidate_pool": 6, "enable_reranker": False, "topk_events": 20,
-            "rrf_weights": {"fact_subject": 0.0, "message_subject": 0.0, "fact_person": 1.0, "message_person": 1.0}}
+            "rrf_weights": {"fact_subject": 0.0, "message_subject": 0.0, "fact_person": 1.0, "message_person": 1.0},
+            "person_lists_from": 0}
     on = concept_retriever.retrieve(agent_id, query, config_overrides=base)
     ranks = {e.message_id: e.scores.get("rank_message_person") for e in on.events}
     assert ranks.get("m_tim0") == 1.0 and ranks.get("m_ana") == 2.0  # Tim's best, then Ana's

@@ -25,7 +25,7 @@ DEFAULT_SCORE_WEIGHTS: dict[str, float] = {"semantic": 0.70, "recency": 0.20, "i
 # ``fact_subject`` / ``message_subject`` the subject sweep (ADR-0025): the facts and turns of
 # the person a question names, ranked by the question without the name (0 = not run);
 # ``fact_person`` / ``message_person`` each named person's own facts and turns by that question,
-# the persons' lists interleaved (ADR-0034; 0 = not run).
+# the persons' lists interleaved, for list questions, below the top 10 (ADR-0034, LOCO-CV; 0 = not run).
 DEFAULT_RRF_WEIGHTS: dict[str, float] = {
     "fact_semantic": 1.0,
     "fact_keyword": 1.0,
@@ -36,8 +36,8 @@ DEFAULT_RRF_WEIGHTS: dict[str, float] = {
     "message_keyword": 1.0,
     "fact_subject": 1.0,
     "message_subject": 1.0,
-    "fact_person": 0.0,
-    "message_person": 0.0,
+    "fact_person": 0.5,
+    "message_person": 0.5,
 }
 # How much each non-semantic signal can raise the relevance term (noisy-OR, ADR 0006).
 # Measured on LoCoMo dev (ADR 0006): keyword (IDF-weighted) earns its 0.50; graph, spreading
@@ -134,7 +134,7 @@ class RetrieveConfig(BaseModel):
         description="(engramdb) per-person sweep (rrf_weights fact_person / message_person > 0, "
         "ADR-0034): 'list' only for questions asking for several things, 'any' whenever the "
         "question names one or two entities")
-    person_lists_from: int = Field(default=0, ge=0, le=1000,
+    person_lists_from: int = Field(default=10, ge=0, le=1000,
         description="(engramdb) fact_person / message_person count only below the first this many "
         "units of the fusion of the other lists (ADR-0034); 0 = everywhere")
     recency_half_life_days: float = Field(default=14.0, gt=0.0, le=36_500.0)
