@@ -37,6 +37,7 @@ from bench.locomo_cv import (
     cross_validate,
     cv_markdown,
     cv_summary,
+    objective,
     parse_grid,
 )
 from bench.locomo_data import (
@@ -544,6 +545,23 @@ def test_cv_ties_go_to_the_first_candidate_in_the_grid() -> None:
     ]
     with pytest.raises(ValueError):
         cross_validate({"A": _rows("c1", [1.0])}, {"c1#0": "c1"})  # one fold is no CV
+
+
+def test_cv_objective_recall_10_20_breaks_a_recall_10_tie_by_recall_20() -> None:
+    """A candidate that only reorders ranks 11-20 ties the default on R@10; with
+    ``recall@10+20`` its R@20 decides, and R@10 alone still keeps the default."""
+    base = _rows("c1", [0.5, 0.5]) + _rows("c2", [0.5])
+    tail = [dict(r, **{"recall@20": 1.0}) for r in base]
+    fold_of = {r["qid"]: r["qid"].split("#")[0] for r in base}
+    assert best_candidate({"default": base, "tail": tail}) == "default"
+    assert best_candidate({"default": base, "tail": tail}, "recall@10+20") == "tail"
+    assert objective(tail, "recall@10+20") == pytest.approx(0.75)
+    summary = cv_summary([Candidate("default", {}), Candidate("tail", {})], {"default": base, "tail": tail},
+                         fold_of, "recall@20")
+    assert [f["chosen"] for f in summary["folds"]] == ["tail", "tail"]
+    assert "recall@20" in summary["objective"]
+    with pytest.raises(ValueError, match="objective"):
+        objective(base, "ndcg")
 
 
 def test_grid_is_validated_against_retrieve_config() -> None:

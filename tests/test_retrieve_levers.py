@@ -58,6 +58,23 @@ def test_diversify_free_units_of_a_source_are_not_discounted() -> None:
         diversify(["a"], [1.0], ["d"], 0.5, free=0)
 
 
+def test_diversify_from_start_keeps_the_top_as_fused_and_spreads_only_the_tail() -> None:
+    units, scores = ["a", "b", "c", "d", "x"], [1.0, 0.9, 0.8, 0.7, 0.6]
+    days = ["d1", "d1", "d1", "d1", "d2"]
+    # from the top, x (another day) jumps to second place
+    assert [u for u, _ in diversify(units, scores, days, 0.5)][:2] == ["a", "x"]
+    # start=3: a, b, c stay where fusion put them (and count as shown); below them x beats d
+    placed = diversify(units, scores, days, 0.5, start=3)
+    assert placed[:3] == [("a", 1.0), ("b", 0.9), ("c", 0.8)]
+    assert [u for u, _ in placed[3:]] == ["x", "d"]
+    assert placed[4][1] == pytest.approx(0.7 * 0.5**3)  # d1's fourth unit, three discounts
+    values = [s for _, s in placed]
+    assert values == sorted(values, reverse=True)
+    assert diversify(units, scores, days, 0.5, start=5) == list(zip(units, scores, strict=True))
+    with pytest.raises(ValueError, match="start"):
+        diversify(units, scores, days, 0.5, start=-1)
+
+
 def test_diversify_never_penalises_units_of_unknown_source_and_rejects_bad_penalty() -> None:
     placed = diversify(["a", "b"], [1.0, 0.9], [None, None], 0.9)
     assert placed == [("a", 1.0), ("b", 0.9)]
@@ -73,6 +90,38 @@ def test_fuse_candidates_spreads_the_top_over_days_when_asked() -> None:
     spread, _, _ = fuse_candidates(lists, {"fact_semantic": 1.0}, 5, facts, [], diversity_penalty=0.5)
     assert [c.fact_id for c in spread] == ["f1", "f3", "f2"]
     assert spread[1].final > spread[2].final
+
+
+def test_fuse_candidates_tail_lists_count_only_below_the_head() -> None:
+    """ADR-0034: with ``tail_start``, the first units are the fusion of the other lists (as if
+    the tail lists were off); the tail lists re-order only what comes after."""
+    facts = [fact(f"f{i}", DAY1, f"m{i}") for i in range(1, 6)]
+    lists = {"fact_semantic": (FACT, ["f1", "f2", "f3", "f4", "f5"]),
+             "fact_person": (FACT, ["f5", "f2", "f4"])}
+    weights = {"fact_semantic": 1.0, "fact_person": 1.0}
+    off, _, _ = fuse_candidates(lists, {"fact_semantic": 1.0}, 5, facts, [])
+    everywhere, _, _ = fuse_candidates(lists, weights, 5, facts, [])
+    assert [c.fact_id for c in everywhere][:3] == ["f2", "f5", "f4"]  # the person list reorders the top
+    tail, _, _ = fuse_candidates(lists, weights, 5, facts, [], tail_lists=("fact_person",), tail_start=2)
+    ids = [c.fact_id for c in tail]
+    assert ids[:2] == [c.fact_id for c in off][:2] == ["f1", "f2"]
+    assert ids[2:] == ["f5", "f4", "f3"]  # below the head: the fusion of every list
+    scores = [c.final for c in tail]
+    assert scores == sorted(scores, reverse=True) and all(0.0 < v <= 1.0 for v in scores)
+    # tail list off (weight 0) or absent: the plain fusion
+    same, _, _ = fuse_candidates(lists, {"fact_semantic": 1.0, "fact_person": 0.0}, 5, facts, [],
+                                 tail_lists=("fact_person",), tail_start=2)
+    assert [c.fact_id for c in same] == [c.fact_id for c in off]
+
+
+def test_fuse_candidates_tail_skips_a_turn_its_head_fact_already_cites() -> None:
+    facts = [fact("f1", DAY1, "m1")]
+    events = [turn("m1", DAY1), turn("m2", DAY2)]
+    lists = {"fact_semantic": (FACT, ["f1"]), "message_person": (EVENT, ["m1", "m2"])}
+    weights = {"fact_semantic": 1.0, "message_person": 1.0}
+    out_f, out_e, _ = fuse_candidates(lists, weights, 5, facts, events,
+                                      tail_lists=("message_person",), tail_start=1)
+    assert [c.fact_id for c in out_f] == ["f1"] and [e.message_id for e in out_e] == ["m2"]
 
 
 def test_config_levers_defaults_are_the_cross_validated_choice_and_bounded() -> None:

@@ -18,7 +18,9 @@ from engramdb.services.retrieve.config import RetrieveConfig
 from engramdb.services.retrieve.models import PlannedEntity, RetrievalPlan
 from engramdb.services.retrieve.subject_sweep import (
     cap_per_group,
+    interleave,
     is_list_question,
+    one_pronoun,
     subject_of,
     without_names,
 )
@@ -75,6 +77,31 @@ def test_subject_of_needs_one_or_two_named_entities_and_for_list_scope_a_list_qu
     assert subject_of("What do Tim and Ana both like?", _plan(tim, ana), "list") is not None
 
 
+def test_subject_of_keeps_each_person_apart_for_the_per_person_sweep() -> None:
+    tim = PlannedEntity(entity_key="person:tim", display_name="Tim", source="deterministic", matched="tim", in_query=True)
+    ana = PlannedEntity(entity_key="person:ana", display_name="Ana", source="deterministic", matched="ana", in_query=True)
+    subject = subject_of("What movies have both Tim and Ana seen?", _plan(tim, ana), "any")
+    assert subject is not None
+    assert subject.people == (("person:tim", ("tim",)), ("person:ana", ("ana",)))
+
+
+def test_pair_as_one_reads_two_names_as_one_plural_subject() -> None:
+    assert one_pronoun("What movies have both they and they seen?") == "What movies have both they seen?"
+    assert one_pronoun("Who is they and their favorite player?") == "Who is their favorite player?"
+    assert one_pronoun("What has they recommended to they?") == "What has they recommended to they?"
+    tim = PlannedEntity(entity_key="person:tim", display_name="Tim", source="deterministic", matched="tim", in_query=True)
+    ana = PlannedEntity(entity_key="person:ana", display_name="Ana", source="deterministic", matched="ana", in_query=True)
+    query = "What movies have both Tim and Ana seen?"
+    plain, paired = subject_of(query, _plan(tim, ana), "any"), subject_of(query, _plan(tim, ana), "any", True)
+    assert plain is not None and plain.stripped_query == "What movies have both they and they seen?"
+    assert paired is not None and paired.stripped_query == "What movies have both they seen?"
+
+
+def test_interleave_takes_each_list_in_turn_without_repeats() -> None:
+    assert interleave([["a", "b", "c"], ["x", "a", "y"]]) == ["a", "x", "b", "c", "y"]
+    assert interleave([["a"], []]) == ["a"] and interleave([]) == []
+
+
 def test_cap_per_group() -> None:
     ranked = [("a", 1), ("b", 1), ("c", 1), ("d", 2), ("e", 1), ("f", 2)]
     assert cap_per_group(ranked, 0) == ["a", "b", "c", "d", "e", "f"]
@@ -90,6 +117,9 @@ def test_sweep_is_on_by_default_as_cross_validated_and_bounded() -> None:
         cfg.with_overrides({"subject_sweep_scope": "everything"})
     with pytest.raises(ValueError):
         cfg.with_overrides({"subject_sweep_per_session": -1})
+    # the per-person lists (ADR-0034): `person-list-0.5-tail10`, chosen in every fold (LOCO-CV)
+    assert cfg.rrf_weights["fact_person"] == 0.5 and cfg.rrf_weights["message_person"] == 0.5
+    assert cfg.person_lists_from == 10 and cfg.person_sweep_scope == "list"
 
 
 # ----------------------------------------------------------------------------- end to end
@@ -123,7 +153,7 @@ def concept_retriever(concept_store: Store) -> Iterator[Retriever]:
 # pinned, not the defaults: these tests show each variant's behaviour, whatever the default is
 SWEEP = {"rrf_weights": {"fact_subject": 1.0, "message_subject": 1.0},
          "subject_sweep_scope": "list", "subject_sweep_only_subject": True}
-NO_SWEEP = {"rrf_weights": {"fact_subject": 0.0, "message_subject": 0.0}}
+NO_SWEEP = {"rrf_weights": {"fact_subject": 0.0, "message_subject": 0.0, "fact_person": 0.0, "message_person": 0.0}}
 
 
 def test_the_sweep_brings_the_subjects_fact_that_shares_only_the_name(
@@ -177,3 +207,57 @@ def test_the_sweep_brings_the_subjects_own_turn_and_not_the_other_speakers(
     # same query, same memory, same answer
     again = concept_retriever.retrieve(agent_id, "Which places has Tim been to?", config_overrides={**small, **SWEEP})
     assert [(e.message_id, e.score) for e in again.events] == [(e.message_id, e.score) for e in on.events]
+
+
+def test_the_person_sweep_gives_each_named_person_a_share_of_the_top(
+    concept_retriever: Retriever, concept_store: Store, agent_id: str
+) -> None:
+    """Tim says much about travel, Ana little: one ranking over both fills with Tim, one list
+    per person taken in turn puts Ana's one trip fact second."""
+    s = concept_store
+    s.entity(agent_id, "person:tim", "Tim")
+    s.entity(agent_id, "person:ana", "Ana")
+    for i in range(4):
+        s.fact(agent_id, f"f_tim_{i}", "person:tim", f"Tim took a trip to London number {i}",
+               valid_from=T0 - timedelta(days=i))
+    s.fact(agent_id, "f_ana", "person:ana", "Ana went on a long trip with her sister", valid_from=T0)
+    query = "Which places have Tim and Ana both been to?"
+    small = {"candidate_pool": 4, "enable_reranker": False}
+    person = {"rrf_weights": {"fact_subject": 0.0, "message_subject": 0.0, "fact_person": 1.0,
+                              "message_person": 1.0}, "person_lists_from": 0}
+    on = concept_retriever.retrieve(agent_id, query, config_overrides={**small, **person})
+    ranks = {f.fact_id: f.scores.get("rank_fact_person") for f in on.facts}
+    assert ranks["f_ana"] in (1.0, 2.0)  # first or second: one of the two persons' first facts
+    assert sorted(r for r in ranks.values() if r is not None)[:2] == [1.0, 2.0]
+    assert on.trace["candidates"]["person_facts"] >= 2
+    off = concept_retriever.retrieve(agent_id, query, config_overrides={**small, **NO_SWEEP})
+    assert all("rank_fact_person" not in f.scores for f in off.facts)  # weight 0: not run
+
+
+def test_the_per_person_sweep_gives_each_named_person_a_turn_at_the_top(
+    concept_retriever: Retriever, concept_store: Store, agent_id: str
+) -> None:
+    """ADR-0034: a question about two people; Tim says far more about travel than Ana, so
+    one ranking over both fills with Tim. The per-person lists take each person in turn."""
+    s = concept_store
+    s.entity(agent_id, "person:tim", "Tim")
+    s.entity(agent_id, "person:ana", "Ana")
+    for i in range(4):
+        s.message(agent_id, f"m_tim{i}", f"London trip place number {i}", T0 - timedelta(days=i), speaker="Tim")
+    s.message(agent_id, "m_ana", "I loved our week in Porto, a lovely place", T0 - timedelta(days=9), speaker="Ana")
+    s.message(agent_id, "m_bob", "London trip places", T0 - timedelta(days=1), speaker="Bob")
+    query = "Which places have both Tim and Ana been to?"
+    base = {"candidate_pool": 6, "enable_reranker": False, "topk_events": 20,
+            "rrf_weights": {"fact_subject": 0.0, "message_subject": 0.0, "fact_person": 1.0, "message_person": 1.0},
+            "person_lists_from": 0}
+    on = concept_retriever.retrieve(agent_id, query, config_overrides=base)
+    ranks = {e.message_id: e.scores.get("rank_message_person") for e in on.events}
+    assert ranks.get("m_tim0") == 1.0 and ranks.get("m_ana") == 2.0  # Tim's best, then Ana's
+    assert ranks.get("m_bob") is None  # neither named person said it
+    assert on.trace["candidates"]["person_messages"] >= 2
+    # scope "list" (the default) runs it only for questions asking for several things
+    single = concept_retriever.retrieve(agent_id, "Where did Tim and Ana meet?", config_overrides=base)
+    assert single.trace["candidates"].get("person_messages", 0) == 0
+    anyq = concept_retriever.retrieve(agent_id, "Where did Tim and Ana meet?",
+                                      config_overrides={**base, "person_sweep_scope": "any"})
+    assert anyq.trace["candidates"]["person_messages"] >= 2

@@ -23,7 +23,9 @@ DEFAULT_SCORE_WEIGHTS: dict[str, float] = {"semantic": 0.70, "recency": 0.20, "i
 # §3.1; LoCoMo has almost none, so its weight is not cross-validated); ``fact_formula``
 # the spec's score formula (semantic + keyword + graph + spreading + aggregation) as one more list;
 # ``fact_subject`` / ``message_subject`` the subject sweep (ADR-0025): the facts and turns of
-# the person a question names, ranked by the question without the name (0 = not run).
+# the person a question names, ranked by the question without the name (0 = not run);
+# ``fact_person`` / ``message_person`` each named person's own facts and turns by that question,
+# the persons' lists interleaved, for list questions, below the top 10 (ADR-0034, LOCO-CV; 0 = not run).
 DEFAULT_RRF_WEIGHTS: dict[str, float] = {
     "fact_semantic": 1.0,
     "fact_keyword": 1.0,
@@ -34,6 +36,8 @@ DEFAULT_RRF_WEIGHTS: dict[str, float] = {
     "message_keyword": 1.0,
     "fact_subject": 1.0,
     "message_subject": 1.0,
+    "fact_person": 0.5,
+    "message_person": 0.5,
 }
 # How much each non-semantic signal can raise the relevance term (noisy-OR, ADR 0006).
 # Measured on LoCoMo dev (ADR 0006): keyword (IDF-weighted) earns its 0.50; graph, spreading
@@ -101,6 +105,9 @@ class RetrieveConfig(BaseModel):
         "x(1-penalty) per such unit beyond the first diversity_free (ADR-0021); 0 = off")
     diversity_free: int = Field(default=1, ge=1, le=100,
         description="(engramdb) units of one day placed before diversity_penalty applies")
+    diversity_start: int = Field(default=0, ge=0, le=1000,
+        description="(engramdb) diversity_penalty spares the first this many units of the fused "
+        "ranking (they still count as shown): only the tail is spread across days (ADR-0034)")
     decompose: bool = Field(default=False,
         description="(engramdb) rank fusion: a question naming two people or joining two questions "
         "is also asked as its parts, fused by RRF (ADR-0021)")
@@ -120,6 +127,16 @@ class RetrieveConfig(BaseModel):
     subject_sweep_only_subject: bool = Field(default=False,
         description="(engramdb) subject sweep: rank only the subject's facts and turns (else every "
         "fact and turn, by the question without the names)")
+    subject_sweep_pair_as_one: bool = Field(default=False,
+        description="(engramdb) subject sweep: two names joined by 'and' become one pronoun in the "
+        "name-less question ('both they and they' -> 'both they', ADR-0034)")
+    person_sweep_scope: Literal["list", "any"] = Field(default="list",
+        description="(engramdb) per-person sweep (rrf_weights fact_person / message_person > 0, "
+        "ADR-0034): 'list' only for questions asking for several things, 'any' whenever the "
+        "question names one or two entities")
+    person_lists_from: int = Field(default=10, ge=0, le=1000,
+        description="(engramdb) fact_person / message_person count only below the first this many "
+        "units of the fusion of the other lists (ADR-0034); 0 = everywhere")
     recency_half_life_days: float = Field(default=14.0, gt=0.0, le=36_500.0)
     confidence_half_life_days: float = Field(default=180.0, gt=0.0, le=36_500.0, description="(engramdb)")
     confidence_decay_floor: float = Field(default=0.80, ge=0.0, le=1.0, description="(engramdb) confidence never decays below this share"

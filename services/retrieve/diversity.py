@@ -8,6 +8,11 @@ it beyond the first ``free`` (greedy, so the output stays sorted by the score it
 sit above a higher score). The source is the calendar day (UTC) a fact became valid or a turn
 was said: facts and turns of one conversation share it without a lookup, and it needs no
 session bookkeeping from the writer. ``penalty = 0`` is the identity. Pure, no I/O.
+
+``start`` > 0 keeps the first ``start`` units where fusion put them (they still count as
+shown) and discounts only below them (ADR-0034): the top of the ranking, where one session's
+several turns are usually the answer, stays as fused, and only the tail is spread across
+sources — for questions whose evidence lies in several conversations.
 """
 
 from __future__ import annotations
@@ -21,16 +26,19 @@ T = TypeVar("T")
 
 def diversify(
     units: Sequence[T], scores: Sequence[float], keys: Sequence[Hashable | None], penalty: float,
-    free: int = 1,
+    free: int = 1, start: int = 0,
 ) -> list[tuple[T, float]]:
     """``units`` best first with their ``scores`` (non-increasing) and source ``keys`` (None:
-    unknown, never penalised); the first ``free`` units of a source are not discounted.
+    unknown, never penalised); the first ``free`` units of a source are not discounted, nor
+    the first ``start`` units of the ranking (which still count as shown).
     Returns (unit, new score) best first. O(n · sources)."""
     if free < 1:
         raise ValueError(f"free must be at least 1, got {free}")
+    if start < 0:
+        raise ValueError(f"start must be at least 0, got {start}")
     if not 0.0 <= penalty <= 1.0:
         raise ValueError(f"penalty must be within [0, 1], got {penalty}")
-    if penalty == 0.0 or not units:
+    if penalty == 0.0 or len(units) <= start:
         return list(zip(units, scores, strict=True))
     factor = 1.0 - penalty
     queues: dict[Hashable, deque[int]] = {}
@@ -43,6 +51,11 @@ def diversify(
         queues[group].append(i)
     placed = {group: 0 for group in order}
     out: list[tuple[T, float]] = []
+    for i in range(start):  # kept as fused
+        group = ("__unkeyed__", i) if keys[i] is None else keys[i]
+        queues[group].popleft()
+        placed[group] += 1
+        out.append((units[i], scores[i]))
     while len(out) < len(units):
         best_group: Hashable | None = None
         best_value = -1.0

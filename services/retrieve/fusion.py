@@ -16,9 +16,9 @@ shown is skipped, so neither wastes a slot of the top k.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC
+from datetime import UTC, datetime
 
 from engramdb.services.retrieve.diversity import diversify
 from engramdb.services.retrieve.rank import Candidate, EventCandidate
@@ -83,6 +83,65 @@ def without_repeats(
     return out
 
 
+def _place(
+    present: Mapping[str, tuple[str, Sequence[str]]],
+    weights: Mapping[str, float],
+    k: float,
+    sources: Mapping[str, Sequence[str]],
+    when_of: Callable[[Fused], datetime | None],
+    time_windows: Sequence[Window],
+    time_boost: float,
+    diversity: tuple[float, int, int],
+) -> tuple[list[tuple[Fused, float]], float, int]:
+    """Fusion, repeats out, time boost, diversity: (unit, raw value) best first, the scale
+    that divides values into (0, 1], and the number of units fused."""
+    fused = reciprocal_rank_fusion(present, weights, k)
+    kept = without_repeats(fused, sources)
+    scale = best_possible(weights, [name for name, (_, ids) in present.items() if ids], k)
+    when = [when_of(u) for u in kept]
+    raw = [u.score for u in kept]
+    if time_boost > 0.0 and time_windows:
+        raw = [s * (1.0 + time_boost) if in_windows(time_windows, w) else s for s, w in zip(raw, when, strict=True)]
+        scale *= 1.0 + time_boost
+        order = sorted(range(len(kept)), key=lambda i: (-raw[i], i))
+        kept, raw, when = [kept[i] for i in order], [raw[i] for i in order], [when[i] for i in order]
+    penalty, free, start = diversity
+    placed = diversify(kept, raw, [None if w is None else w.astimezone(UTC).date() for w in when],
+                       penalty, free, start)
+    return placed, scale, len(fused)
+
+
+def _tail_only(
+    head: Sequence[tuple[Fused, float]], everything: Sequence[tuple[Fused, float]],
+    sources: Mapping[str, Sequence[str]], start: int,
+) -> list[tuple[Fused, float]]:
+    """The first ``start`` units of ``head`` (normalised scores), then ``everything``'s units
+    not among them (nor repeating what is shown), scaled to stay below the head's last score."""
+    top = list(head[:start])
+    if not top:
+        return list(everything)
+    taken = {(u.kind, u.unit_id) for u, _ in top}
+    shown: set[str] = set()
+    for u, _ in top:
+        shown |= set(sources.get(u.unit_id, ())) if u.kind == FACT else {u.unit_id}
+    rest: list[tuple[Fused, float]] = []
+    for unit, value in everything:
+        if (unit.kind, unit.unit_id) in taken:
+            continue
+        covers = set(sources.get(unit.unit_id, ())) if unit.kind == FACT else {unit.unit_id}
+        if covers and covers <= shown:
+            continue
+        shown |= covers
+        rest.append((unit, value))
+    if not rest:
+        return top
+    factor = top[-1][1] * TAIL_BELOW / max(rest[0][1], 1e-12)
+    return top + [(u, v * factor) for u, v in rest]
+
+
+TAIL_BELOW = 0.999  # the tail's first unit scores this share of the head's last
+
+
 def fuse_candidates(
     lists: Mapping[str, tuple[str, Sequence[str]]],
     weights: Mapping[str, float],
@@ -93,37 +152,44 @@ def fuse_candidates(
     time_windows: Sequence[Window] = (),
     time_boost: float = 0.0,
     diversity_free: int = 1,
+    diversity_start: int = 0,
+    tail_lists: Sequence[str] = (),
+    tail_start: int = 0,
 ) -> tuple[list[Candidate], list[EventCandidate], dict[str, int]]:
     """The fused order applied to the candidates: each gets its normalised RRF score as
     ``formula`` and ``final`` (so the optional reranker blends into it as it does into the
     spec's formula) and ``scores["rrf"]``; units in no list are dropped, repeats removed.
     ``time_boost`` > 0 multiplies by ``1 + time_boost`` the score of units dated inside one of
     the query's ``time_windows`` (``timeexpr``); then ``diversity_penalty`` > 0 discounts
-    units from a day already shown ``diversity_free`` times above (``diversity.diversify``). Returns facts and turns best first, and how many units fusion
-    dropped as repeats."""
+    units from a day already shown ``diversity_free`` times above (``diversity.diversify``),
+    below the first ``diversity_start`` units. ``tail_start`` > 0: the lists named in
+    ``tail_lists`` count only below the first ``tail_start`` units — those are the fusion
+    of the other lists, the rest the fusion of all (ADR-0034). Returns facts and turns best
+    first, and how many units fusion dropped as repeats."""
     by_fact = {c.fact_id: c for c in facts}
     by_event = {e.message_id: e for e in events}
     present = {
         name: (kind, [i for i in ids if i in (by_fact if kind == FACT else by_event)])
         for name, (kind, ids) in lists.items()
     }
-    fused = reciprocal_rank_fusion(present, weights, k)
-    kept = without_repeats(fused, {c.fact_id: c.row.source_message_ids for c in facts})
-    scale = best_possible(weights, [name for name, (_, ids) in present.items() if ids], k)
-    when = [(by_fact[u.unit_id].row.valid_from if u.kind == FACT else by_event[u.unit_id].occurred_at)
-            for u in kept]
-    raw = [u.score for u in kept]
-    if time_boost > 0.0 and time_windows:
-        raw = [s * (1.0 + time_boost) if in_windows(time_windows, w) else s for s, w in zip(raw, when, strict=True)]
-        scale *= 1.0 + time_boost
-        order = sorted(range(len(kept)), key=lambda i: (-raw[i], i))
-        kept, raw, when = [kept[i] for i in order], [raw[i] for i in order], [when[i] for i in order]
-    placed = diversify(kept, raw, [None if w is None else w.astimezone(UTC).date() for w in when],
-                       diversity_penalty, diversity_free)
+    sources = {c.fact_id: c.row.source_message_ids for c in facts}
+
+    def when_of(u: Fused) -> datetime | None:
+        return by_fact[u.unit_id].row.valid_from if u.kind == FACT else by_event[u.unit_id].occurred_at
+
+    diversity = (diversity_penalty, diversity_free, diversity_start)
+    placed, scale, n_fused = _place(present, weights, k, sources, when_of, time_windows, time_boost, diversity)
+    normalised = [(u, v / scale) for u, v in placed]
+    tail_on = [n for n in tail_lists if float(weights.get(n, 0.0)) > 0.0 and present.get(n, ("", []))[1]]
+    if tail_start > 0 and tail_on:
+        head_weights = {n: (0.0 if n in tail_on else w) for n, w in weights.items()}
+        head, head_scale, _ = _place(present, head_weights, k, sources, when_of, time_windows,
+                                           time_boost, diversity)
+        normalised = _tail_only([(u, v / head_scale) for u, v in head], normalised, sources, tail_start)
     out_facts: list[Candidate] = []
     out_events: list[EventCandidate] = []
-    for unit, value in placed:
-        score = round(value / scale, 9)
+    for unit, value in normalised:
+        score = round(value, 9)
         ranks = {f"rank_{name}": float(rank) for name, rank in unit.ranks.items()}
         if unit.kind == FACT:
             cand = by_fact[unit.unit_id]
@@ -135,4 +201,4 @@ def fuse_candidates(
             ev.formula = ev.final = score
             ev.scores.update({"rrf": score, **ranks})
             out_events.append(ev)
-    return out_facts, out_events, {"fused": len(fused), "dropped_repeats": len(fused) - len(kept)}
+    return out_facts, out_events, {"fused": n_fused, "dropped_repeats": n_fused - len(normalised)}

@@ -411,7 +411,8 @@ class Retriever:
         with call.trace.stage("fuse"):
             ranked, events, counts = fuse_candidates(call.lists, cfg.rrf_weights, cfg.rrf_k, ranked, events,
                                                      cfg.diversity_penalty, windows, cfg.time_boost,
-                                                     cfg.diversity_free)
+                                                     cfg.diversity_free, cfg.diversity_start,
+                                                     subject_sweep.PERSON_LISTS, cfg.person_lists_from)
         call.trace.count(**counts)
         return ranked, events
 

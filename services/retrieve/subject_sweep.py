@@ -71,6 +71,8 @@ class Subject:
     entity_keys: tuple[str, ...]
     speakers: tuple[str, ...]  # folded display names / matched aliases
     stripped_query: str
+    # each named person on their own: (entity key, their folded names), in query order
+    people: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 def without_names(query: str, names: Sequence[str]) -> str:
@@ -84,9 +86,21 @@ def without_names(query: str, names: Sequence[str]) -> str:
     return " ".join(out.split())
 
 
-def subject_of(query: str, plan: RetrievalPlan, scope: str) -> Subject | None:
+_PAIR = re.compile(r"\b(they|their)\s*(?:,\s*)?(?:and|&|e)\s+(they|their)\b", re.IGNORECASE)
+
+
+def one_pronoun(stripped: str) -> str:
+    """"they and they" → "they", "they and their" → "their": two named people asked about
+    together read as one plural subject ("What movies have both they and they seen?" →
+    "What movies have both they seen?"), which the embedding reads as a normal sentence."""
+    return _PAIR.sub(lambda m: "their" if "their" in (m.group(1).lower(), m.group(2).lower()) else "they",
+                     stripped)
+
+
+def subject_of(query: str, plan: RetrievalPlan, scope: str, pair_as_one: bool = False) -> Subject | None:
     """The named entities of the plan (found in the query itself, not by expansion), when
-    there are one or two and — for ``scope="list"`` — the question asks for a list."""
+    there are one or two and — for ``scope="list"`` — the question asks for a list.
+    ``pair_as_one``: two names joined by "and" become one pronoun (``one_pronoun``)."""
     named = [e for e in plan.entities if e.source == "deterministic" and e.in_query]
     if not named or len(named) > MAX_SUBJECTS:
         return None
@@ -94,12 +108,18 @@ def subject_of(query: str, plan: RetrievalPlan, scope: str) -> Subject | None:
         return None
     names = [n for e in named for n in (e.display_name, e.matched)]
     stripped = without_names(query, names)
+    if pair_as_one:
+        stripped = one_pronoun(stripped)
     if not stripped or fold(stripped) == fold(query):
         return None
+    people: dict[str, set[str]] = {}
+    for e in named:
+        people.setdefault(e.entity_key, set()).update(fold(n) for n in (e.display_name, e.matched) if n)
     return Subject(
         entity_keys=tuple(sorted({e.entity_key for e in named})),
         speakers=tuple(sorted({fold(n) for n in names if n})),
         stripped_query=stripped,
+        people=tuple((key, tuple(sorted(folded))) for key, folded in people.items()),
     )
 
 
@@ -114,6 +134,18 @@ def cap_per_group(ranked: Sequence[tuple[str, Any]], per_group: int) -> list[str
         if n < per_group:
             out.append(unit_id)
         seen[group] = n + 1
+    return out
+
+
+def interleave(lists: Sequence[Sequence[str]]) -> list[str]:
+    """First of each list, then the second of each, …; an id already taken is skipped."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for i in range(max((len(x) for x in lists), default=0)):
+        for ids in lists:
+            if i < len(ids) and ids[i] not in seen:
+                seen.add(ids[i])
+                out.append(ids[i])
     return out
 
 
@@ -177,11 +209,44 @@ def sweep(
     )
 
 
+def sweep_people(
+    conn: Any,
+    agent_id: str,
+    subject: Subject,
+    qvec: str,
+    *,
+    as_of: datetime | None,
+    min_confidence: float,
+    limit: int,
+    ef_search: int,
+    exact_rows: int = 0,
+) -> SweepOut:
+    """Each named person's own facts and turns, nearest to the name-less question, the
+    persons' lists interleaved (``fact_person`` / ``message_person``). Why: a question about
+    two people ("What movies have both Joanna and Nate seen?") needs evidence from each, and
+    one ranking over both (or over everyone) fills with whoever says more about the topic;
+    one list per person, taken in turn, gives each the same share of the top ranks."""
+    per = [
+        sweep(conn, agent_id, Subject((key,), names, subject.stripped_query), qvec, as_of=as_of,
+              min_confidence=min_confidence, limit=limit, ef_search=ef_search, exact_rows=exact_rows,
+              only_subject=True)
+        for key, names in subject.people
+    ]
+    return SweepOut(
+        fact_ids=interleave([p.fact_ids for p in per])[:limit],
+        message_ids=interleave([p.message_ids for p in per])[:limit],
+    )
+
+
 # ----- the pipeline's two calls ---------------------------------------------------------
 
 
-def enabled(weights: dict[str, float]) -> bool:
-    return any(weights.get(name, 0.0) > 0.0 for name in ("fact_subject", "message_subject"))
+SWEEP_LISTS = ("fact_subject", "message_subject")
+PERSON_LISTS = ("fact_person", "message_person")
+
+
+def enabled(weights: dict[str, float], names: Sequence[str] = SWEEP_LISTS + PERSON_LISTS) -> bool:
+    return any(weights.get(name, 0.0) > 0.0 for name in names)
 
 
 def start(call: Call, plan: RetrievalPlan, embed: Callable[[str], Future[tuple[str, float]]]) -> Started | None:
@@ -189,7 +254,7 @@ def start(call: Call, plan: RetrievalPlan, embed: Callable[[str], Future[tuple[s
     embedding worker (it runs beside the graph / aggregation statements)."""
     if call.cfg.ranking != "rrf" or not enabled(call.cfg.rrf_weights):
         return None
-    subject = subject_of(call.query, plan, call.cfg.subject_sweep_scope)
+    subject = subject_of(call.query, plan, call.cfg.subject_sweep_scope, call.cfg.subject_sweep_pair_as_one)
     call.trace.note(subject_sweep=None if subject is None else {
         "entities": list(subject.entity_keys), "query": subject.stripped_query})
     if subject is None:
@@ -210,13 +275,24 @@ def finish(call: Call, conn: Any, started: Started | None, qvec: str | None, exa
         call.trace.note(subject_sweep_error=f"{type(exc).__name__}: {str(exc)[:200]}")
         return []
     cfg = call.cfg
+    out, people = SweepOut(), SweepOut()
     with call.trace.stage("subject_sweep"):
-        out = sweep(conn, call.agent_id, subject, vec, as_of=call.as_of, min_confidence=cfg.min_confidence,
-                    limit=cfg.candidate_pool, ef_search=cfg.hnsw_ef_search,
-                    per_session=cfg.subject_sweep_per_session, exact_rows=exact_rows,
-                    only_subject=cfg.subject_sweep_only_subject)
-        call.subject_rows = message_rows(conn, call.agent_id, out.message_ids, qvec)
+        if enabled(cfg.rrf_weights, SWEEP_LISTS):
+            out = sweep(conn, call.agent_id, subject, vec, as_of=call.as_of, min_confidence=cfg.min_confidence,
+                        limit=cfg.candidate_pool, ef_search=cfg.hnsw_ef_search,
+                        per_session=cfg.subject_sweep_per_session, exact_rows=exact_rows,
+                        only_subject=cfg.subject_sweep_only_subject)
+        if enabled(cfg.rrf_weights, PERSON_LISTS) and (
+                cfg.person_sweep_scope == "any" or is_list_question(call.query)):
+            people = sweep_people(conn, call.agent_id, subject, vec, as_of=call.as_of,
+                                  min_confidence=cfg.min_confidence, limit=cfg.candidate_pool,
+                                  ef_search=cfg.hnsw_ef_search, exact_rows=exact_rows)
+        message_ids = list(dict.fromkeys(out.message_ids + people.message_ids))
+        call.subject_rows = message_rows(conn, call.agent_id, message_ids, qvec)
     call.lists["fact_subject"] = (FACT, out.fact_ids)
     call.lists["message_subject"] = (EVENT, out.message_ids)
-    call.trace.count(subject_facts=len(out.fact_ids), subject_messages=len(out.message_ids))
-    return out.fact_ids
+    call.lists["fact_person"] = (FACT, people.fact_ids)
+    call.lists["message_person"] = (EVENT, people.message_ids)
+    call.trace.count(subject_facts=len(out.fact_ids), subject_messages=len(out.message_ids),
+                     person_facts=len(people.fact_ids), person_messages=len(people.message_ids))
+    return list(dict.fromkeys(out.fact_ids + people.fact_ids))
