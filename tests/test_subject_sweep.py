@@ -12,6 +12,7 @@ from datetime import timedelta
 import pytest
 from test_retrieve_support import T0, Store, store  # noqa: F401  (fixtures)
 
+from engramdb.infra.pgsql import vector_literal
 from engramdb.infra.providers.scripted import HashEmbedder, bow_tokens
 from engramdb.services.retrieve import Retriever
 from engramdb.services.retrieve.config import RetrieveConfig
@@ -22,6 +23,7 @@ from engramdb.services.retrieve.subject_sweep import (
     is_list_question,
     named_plan,
     subject_of,
+    sweep,
     without_names,
 )
 
@@ -217,9 +219,8 @@ def test_the_names_alone_find_the_subject_the_whole_plan_finds(
         assert any(e.source == "expansion" for e in whole.entities)  # the whole plan has more
 
 
-# ----------------------------------------------- the subject from the planner's name lookup
-# ADR-0031: the sweep takes its subject from ``planner.load_names`` before the rest of the plan,
-# to start its embedding beside the question's. It must be the subject the full plan gives.
+# The same, for the name lookup's other paths: an alias, a merged entity, the entity scan
+# taken when no alias row matches (ADR-0031).
 
 SUBJECT_QUERIES = [
     "Which places has Tim been to?",
