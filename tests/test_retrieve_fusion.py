@@ -18,6 +18,12 @@ from test_retrieve_support import (  # noqa: F401  (fixtures)
 
 from engramdb.services.retrieve import Retriever
 from engramdb.services.retrieve.config import RetrieveConfig
+from engramdb.services.retrieve.signals import (
+    bm25_messages,
+    message_events,
+    message_lists,
+    message_rows,
+)
 
 
 def test_default_ranking_is_rank_fusion_and_answers_the_worked_example(
@@ -108,3 +114,30 @@ def test_decompose_asks_the_parts_and_keeps_scores_in_range(
     assert all(0.0 < e.score <= 1.0 for e in result.events)
     plain = retriever.retrieve(agent_id, query)
     assert "decompose" not in plain.trace["timings_ms"]
+
+
+def test_the_turn_lists_in_one_statement_equal_the_three_statements_before(store: Store, agent_id: str) -> None:
+    """``message_lists`` (ADR-0031) folds the nearest turns + their rows, BM25 over the turns
+    and the rows BM25 alone found into one statement: the same signals (in the same order),
+    rows and BM25 ranking as the three statements it replaced, now and as of a past instant,
+    with and without a query vector."""
+    texts = ["Bruno ran another marathon with his team", "The weather was grey all week",
+             "We ran to the station in the rain", "Ana painted a sunrise over the lake",
+             "Bruno and Ana went to Lisbon", "Running shoes are expensive", "I baked bread"]
+    for i, text in enumerate(texts):
+        store.message(agent_id, f"m{i}", text, T0 - timedelta(days=i), speaker="Bruno" if i % 2 else "Ana")
+    cfg = RetrieveConfig().with_overrides({"candidate_pool": 3, "topk_events": 1})
+    with store.pool.connection() as conn:
+        for query in ("Did Bruno run a marathon?", "rain at the station", "What did Ana paint?", "nothing matches"):
+            for as_of in (None, T0 - timedelta(days=3)):
+                for qvec in (store.vec(query), None):
+                    for exact in (0, 20_000):
+                        sig, rows = message_events(conn, agent_id, qvec, [], cfg, 0.0, as_of, exact_rows=exact)
+                        found = bm25_messages(conn, agent_id, query, as_of, cfg.candidate_pool)
+                        known = {r[0] for r in rows}
+                        rows = rows + message_rows(conn, agent_id, [m for m, _ in found if m not in known], qvec)
+                        sig2, rows2, found2 = message_lists(conn, agent_id, qvec, query, cfg, 0.0, as_of, exact)
+                        assert list(sig2.items()) == list(sig.items())
+                        assert rows2 == rows and found2 == found
+                        if query != "nothing matches" and as_of is None:
+                            assert found  # the comparison is not vacuous

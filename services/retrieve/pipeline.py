@@ -48,6 +48,7 @@ from engramdb.services.retrieve.planner import (
     QueryAnalysis,
     analyze_query,
     build_plan,
+    load_names,
     sanitize_query,
 )
 from engramdb.services.retrieve.rank import Candidate, EventCandidate, order_key, rank, rank_events
@@ -240,8 +241,9 @@ class Retriever:
         call.trace.note(keyword_mode=call.modes)
         f_events = self._workers.submit(self._events_signal, call) if call.cfg.topk_events > 0 else None
         f_side, keyword = self._start_side_signals(call, conn)
-        plan, lookup, anchor = plan_stage(call, conn)
-        swept = subject_sweep.start(call, plan, lambda text: self._workers.embed(self._embed, text))
+        names = load_names(conn, call.agent_id, call.analysis)
+        swept = subject_sweep.start(call, names, lambda text: self._workers.embed(self._embed, text))
+        plan, lookup, anchor = plan_stage(call, conn, names)
         # graph and spreading only feed the formula and the graph list: when rank fusion gives
         # both no weight, their statements would be spent on nothing
         structure = call.cfg.ranking == "formula" or any(

@@ -210,14 +210,15 @@ def build_plan(
 # ----- the only I/O of the planner ------------------------------------------------------
 
 
-def load_lookup(
-    conn: Any, agent_id: str, analysis: QueryAnalysis, as_of: datetime | None,
-    communities: bool = False,
-) -> PlannerLookup:
-    """Read the agent's names matching the query's n-grams, type prefixes (aggregation only)
-    and 1-hop relationships of the matched entities. Three short indexed queries (a fourth
-    with ``communities``: not for as-of retrievals, communities are not bi-temporal)."""
-    lookup = PlannerLookup()
+def load_names(conn: Any, agent_id: str, analysis: QueryAnalysis) -> dict[str, list[tuple[str, str]]]:
+    """The agent's entities the query's n-grams name: folded n-gram -> [(entity_key,
+    display_name)] (``PlannerLookup.names``). One primary-key lookup of the aliases (a scan
+    of the agent's entities only when no alias matches).
+
+    Apart from ``load_lookup`` because the names alone decide the plan's named entities:
+    the subject sweep (ADR-0025) reads them before the rest of the plan, to start its
+    second embedding beside the question's (ADR-0031)."""
+    names: dict[str, list[tuple[str, str]]] = {}
     grams = sorted({text for _, _, text in analysis.ngrams})
     if grams:
         slugs = {slugify(g): g for g in grams}
@@ -249,9 +250,22 @@ def load_lookup(
             if slug_gram:
                 candidates.add(slug_gram)
             for gram in candidates & gram_set:
-                hits = lookup.names.setdefault(gram, [])
+                hits = names.setdefault(gram, [])
                 if (key, name) not in hits:
                     hits.append((key, name))
+    return names
+
+
+def load_lookup(
+    conn: Any, agent_id: str, analysis: QueryAnalysis, as_of: datetime | None,
+    communities: bool = False, names: dict[str, list[tuple[str, str]]] | None = None,
+) -> PlannerLookup:
+    """Read the agent's names matching the query's n-grams (``load_names``, unless given),
+    type prefixes (aggregation only) and 1-hop relationships of the matched entities. Three
+    short indexed queries (a fourth with ``communities``: not for as-of retrievals,
+    communities are not bi-temporal)."""
+    lookup = PlannerLookup()
+    lookup.names = load_names(conn, agent_id, analysis) if names is None else names
     if analysis.aggregation_prefixes:
         rows = conn.execute(
             """

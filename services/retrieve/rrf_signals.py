@@ -36,16 +36,14 @@ def message_signals(
     conn: Any, call: Call, qvec: str | None, exact_rows: int
 ) -> tuple[dict[str, dict[str, float]], list[tuple[Any, ...]]]:
     """Turns by cosine (``message_semantic``) and by BM25 over speaker and text
-    (``message_keyword``): their signals and rows, in ``message_events``' shapes."""
-    sig, rows = signals.message_events(conn, call.agent_id, qvec, [], call.cfg, call.floor, call.as_of,
-                                       exact_rows=exact_rows)
+    (``message_keyword``): their signals and rows, in ``message_events``' shapes, from one
+    statement (``message_lists``, ADR-0031)."""
+    sig, rows, found = signals.message_lists(conn, call.agent_id, qvec, keyword_query(call), call.cfg,
+                                             call.floor, call.as_of, exact_rows)
     by_cosine = sorted(((mid, s["cosine"]) for mid, s in sig.items() if "cosine" in s),
                        key=lambda t: (-t[1], t[0]))
     call.lists["message_semantic"] = (EVENT, [mid for mid, _ in by_cosine])
-    found = signals.bm25_messages(conn, call.agent_id, keyword_query(call), call.as_of, call.cfg.candidate_pool)
     call.lists["message_keyword"] = (EVENT, [mid for mid, _ in found])
-    known = {row[0] for row in rows}
-    rows = rows + signals.message_rows(conn, call.agent_id, [m for m, _ in found if m not in known], qvec)
     for mid, score in _normalised(found):
         sig.setdefault(mid, {})["keyword"] = score
     return sig, rows

@@ -89,12 +89,15 @@ def recency_anchor(conn: Any, agent_id: str) -> tuple[datetime, str]:
     return datetime.now(UTC), "wall_clock"
 
 
-def plan_stage(call: Call, conn: Any) -> tuple[RetrievalPlan, PlannerLookup, datetime]:
-    """The plan and the recency anchor. Its timing runs from the query analysis, less the
-    keyword stage when that ran inline."""
+def plan_stage(
+    call: Call, conn: Any, names: dict[str, list[tuple[str, str]]] | None = None
+) -> tuple[RetrievalPlan, PlannerLookup, datetime]:
+    """The plan and the recency anchor (``names``: the planner's name lookup when already
+    read, ``planner.load_names``). Its timing runs from the query analysis, less the keyword
+    stage when that ran inline."""
     trace = call.trace
     lookup: PlannerLookup = load_lookup(conn, call.agent_id, call.analysis, call.as_of,
-                                        communities=call.cfg.community_expansion)
+                                        communities=call.cfg.community_expansion, names=names)
     if call.as_of is not None:
         anchor, anchor_source = call.as_of, "as_of"
     else:

@@ -28,6 +28,7 @@ from typing import Any
 from engramdb.domain.keys import fold
 from engramdb.services.retrieve.fusion import EVENT, FACT
 from engramdb.services.retrieve.models import RetrievalPlan
+from engramdb.services.retrieve.planner import PlannerLookup, QueryAnalysis, build_plan
 from engramdb.services.retrieve.signals.messages import message_rows
 from engramdb.services.retrieve.signals.shared import (
     batch,
@@ -249,12 +250,24 @@ def enabled(weights: dict[str, float], names: Sequence[str] = SWEEP_LISTS + PERS
     return any(weights.get(name, 0.0) > 0.0 for name in names)
 
 
-def start(call: Call, plan: RetrievalPlan, embed: Callable[[str], Future[tuple[str, float]]]) -> Started | None:
-    """After the plan: the subject, and its name-less question's embedding started on the
-    embedding worker (it runs beside the graph / aggregation statements)."""
+def named_plan(analysis: QueryAnalysis, names: dict[str, list[tuple[str, str]]]) -> RetrievalPlan:
+    """The plan as far as the names in the question decide it: its named (``deterministic``,
+    ``in_query``) entities are the full plan's — ``build_plan`` resolves them from the names
+    alone, before any expansion — which is all ``subject_of`` reads."""
+    return build_plan(analysis, PlannerLookup(names=names))
+
+
+def start(
+    call: Call, names: dict[str, list[tuple[str, str]]], embed: Callable[[str], Future[tuple[str, float]]]
+) -> Started | None:
+    """Right after the planner's name lookup (``planner.load_names``), before the rest of the
+    plan: the subject, and its name-less question's embedding started on the second
+    embedding thread, beside the question's own (ADR-0031; before, it started after the whole
+    plan and, with one engine handle, ran after the question's embedding)."""
     if call.cfg.ranking != "rrf" or not enabled(call.cfg.rrf_weights):
         return None
-    subject = subject_of(call.query, plan, call.cfg.subject_sweep_scope, call.cfg.subject_sweep_pair_as_one)
+    subject = subject_of(call.query, named_plan(call.analysis, names), call.cfg.subject_sweep_scope,
+                         call.cfg.subject_sweep_pair_as_one)
     call.trace.note(subject_sweep=None if subject is None else {
         "entities": list(subject.entity_keys), "query": subject.stripped_query})
     if subject is None:

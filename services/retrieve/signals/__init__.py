@@ -34,7 +34,7 @@ from engramdb.services.retrieve.signals.keyword import (
     match_count,
     tsquery_text,
 )
-from engramdb.services.retrieve.signals.messages import message_events, message_rows
+from engramdb.services.retrieve.signals.messages import message_events, message_lists, message_rows
 from engramdb.services.retrieve.signals.patterns import patterns_for
 from engramdb.services.retrieve.signals.semantic import semantic_facts
 from engramdb.services.retrieve.signals.shared import (
@@ -78,6 +78,7 @@ __all__ = [
     "linked_with_specificity",
     "match_count",
     "message_events",
+    "message_lists",
     "message_rows",
     "message_visibility",
     "nearest_cte",

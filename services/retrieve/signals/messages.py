@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from engramdb.services.retrieve.config import RetrieveConfig
+from engramdb.services.retrieve.signals.bm25 import bm25_messages_cte, bm25_params
 from engramdb.services.retrieve.signals.keyword import keyword_filter, keyword_params, match_count
 from engramdb.services.retrieve.signals.shared import (
     batch,
@@ -104,3 +105,59 @@ def message_rows(conn: Any, agent_id: str, ids: list[str], qvec: str | None) -> 
         """,
         {"a": agent_id, "ids": ids, "q": qvec},
     ).fetchall()
+
+
+def message_lists(
+    conn: Any,
+    agent_id: str,
+    qvec: str | None,
+    query_text: str,
+    cfg: RetrieveConfig,
+    floor: float,
+    as_of: datetime | None,
+    exact_rows: int = 0,
+) -> tuple[dict[str, dict[str, float]], list[tuple[Any, ...]], list[tuple[str, float]]]:
+    """Rank fusion's two turn lists in ONE statement (ADR-0031): the nearest turns above the
+    threshold (``message_events`` without keywords) and the BM25 best (``bm25_messages``,
+    as a CTE), with the rows of both. Before, three round trips on the turns' worker —
+    nearest + rows, BM25, then the rows BM25 alone found — each parsed, planned and
+    answered apart. Same statements inside, same results: the cosine signals, the rows (the
+    nearest's by id, then those BM25 alone found, by id) and BM25's (id, score) best first."""
+    limit = max(cfg.candidate_pool, cfg.topk_events * 4)
+    if qvec is not None:
+        sem = (nearest_cte("mem_messages", "m", "message_id", message_visibility(as_of), exact_rows)
+               + ", sem AS (SELECT message_id, 1 - d AS cos FROM nn WHERE d <= %(maxd)s)")
+    else:
+        sem = "sem AS (SELECT NULL::text AS message_id, NULL::float8 AS cos WHERE FALSE)"
+    params: dict[str, Any] = {"q": qvec, "a": agent_id, "t": as_of, "n": limit,
+                              "maxd": 1.0 - similarity_threshold(cfg, floor),
+                              **bm25_params(query_text, cfg.candidate_pool)}
+    sql = f"""
+        WITH {sem}, bm AS MATERIALIZED ({bm25_messages_cte(as_of)}),
+             ids AS (SELECT message_id FROM sem UNION SELECT id FROM bm)
+        SELECT m.message_id, m.text, m.occurred_at, m.speaker, m.session_id,
+               CASE WHEN m.embedding IS NULL OR %(q)s::vector IS NULL THEN NULL
+                    ELSE 1 - (m.embedding <=> %(q)s::vector) END,
+               sem.cos, bm.score
+          FROM ids
+          JOIN mem_messages m ON m.agent_id = %(a)s AND m.message_id = ids.message_id
+          LEFT JOIN sem ON sem.message_id = ids.message_id
+          LEFT JOIN bm ON bm.id = ids.message_id
+         ORDER BY sem.message_id IS NULL, m.message_id
+    """
+    with batch(conn):
+        # set_hnsw also forces custom plans (BM25 needs them: the agent's size and the words'
+        # frequencies choose GIN vs the agent index) for this transaction only
+        set_hnsw(conn, max(cfg.hnsw_ef_search, limit))
+        cur = conn.execute(sql, params)
+    sig: dict[str, dict[str, float]] = {}
+    rows: list[tuple[Any, ...]] = []
+    found: list[tuple[str, float]] = []
+    for mid, text, occurred_at, speaker, session_id, cosine, sem_cos, bm_score in cur.fetchall():
+        if sem_cos is not None:
+            sig.setdefault(mid, {})["cosine"] = float(sem_cos)
+        if bm_score is not None:
+            found.append((mid, float(bm_score)))
+        rows.append((mid, text, occurred_at, speaker, session_id, cosine))
+    found.sort(key=lambda t: (-t[1], t[0]))
+    return sig, rows, found
