@@ -15,11 +15,13 @@ import pytest
 
 from engramdb.domain.aggregate import REPROCESSED, MessageRecord
 from engramdb.domain.jobs import AgentJobs
+from engramdb.domain.keys import agent_aggregate_id
 from engramdb.domain.payloads import FactPayload
 from engramdb.infra.providers.scripted import HashEmbedder
 from engramdb.projections.embeddings import CountingEmbedder
+from engramdb.projections.log_stream import group_of
 from engramdb.projections.read_models import BY_NAME
-from engramdb.projections.rebuild import rebuild
+from engramdb.projections.rebuild import _groups, rebuild
 from engramdb.projections.runner import ProjectionSet
 from engramdb.services.app import MemoryApplication
 
@@ -177,6 +179,15 @@ def test_rebuild_equals_incremental_and_never_re_embeds(pg_url: str, store: Any)
     rebuilt = dump(pg_url, schema)
     for table, rows in incremental.items():
         assert rebuilt[table] == rows, table
+
+    # one group of agents at a time, in small pages (ADR-0032): the two agents in different
+    # groups, the other groups empty; the same tables row for row
+    a, b = agent_aggregate_id("agent-a"), agent_aggregate_id("agent-b")
+    per_group = next(n for n in range(pos // 3, 0, -1)
+                     if group_of(a, _groups(pos, n)) != group_of(b, _groups(pos, n)))
+    assert _groups(pos, per_group) >= 3
+    rebuild(MemoryApplication, env, counting, group_events=per_group, page_size=7)
+    assert dump(pg_url, schema) == rebuilt
 
     # the projector resumes right after the rebuilt position: no duplicates, same as rebuild
     with ProjectionSet.start(MemoryApplication, env, counting) as ps:
