@@ -23,11 +23,18 @@ surrogates), an unregistered transcoding, a mapper with a cipher or compressor o
 from __future__ import annotations
 
 from collections.abc import Hashable
+from datetime import datetime
 from typing import Any, cast
 from uuid import UUID
 
 from cryptography.exceptions import InvalidTag
-from eventsourcing.persistence import JSONTranscoder, StoredEvent, find_id_convertor
+from eventsourcing.persistence import (
+    DatetimeAsISO,
+    JSONTranscoder,
+    StoredEvent,
+    UUIDAsHex,
+    find_id_convertor,
+)
 from eventsourcing.utils import resolve_topic
 
 from engramdb.domain.aggregate import AgentMemory
@@ -41,6 +48,7 @@ except ImportError:  # pragma: no cover - orjson is a dependency
 _KEY_AT = len(MAGIC)
 _NONCE_AT = _KEY_AT + 16
 _MISSING = object()
+_NATIVE: dict[type[Any], Any] = {DatetimeAsISO: datetime.fromisoformat, UUIDAsHex: UUID}
 
 
 class _Fallback(Exception):
@@ -61,6 +69,10 @@ class BulkDecoder:
             and mapper.keys is not None
         )
         self.names: dict[str, Any] = transcoder.names if self.fast else {}  # type: ignore[attr-defined]
+        # transcodings of a string, by name: the library's own ones as the C function their
+        # ``decode`` calls (same result: they only assert that the data is a string)
+        self._scalar: dict[str, Any] = {
+            name: _NATIVE.get(type(t), t.decode) for name, t in self.names.items()}
         self._keys: dict[bytes, Any] = {}
         self._classes: dict[str, tuple[type[Any], Any, int]] = {}
         self.fast_events = 0  # how many took the fast path (diagnostics, tests)
@@ -98,7 +110,7 @@ class BulkDecoder:
         if type(event_state) is not dict:
             raise _Fallback
         try:
-            event_state = self._walk(event_state)
+            event_state = self._top(event_state)
         except Exception as exc:  # noqa: BLE001 - the mapper's path raises its own error
             raise _Fallback from exc
         if type(event_state) is not dict:
@@ -122,6 +134,28 @@ class BulkDecoder:
             self._classes[topic] = found
         return found
 
+    def _top(self, state: dict[str, Any]) -> dict[str, Any]:
+        """``_walk`` of an event's state, with its common shapes inline: a field holding a
+        transcoded scalar (``{"_type_": "datetime_iso", "_data_": "…"}``) is decoded here,
+        lists of strings are left alone — two thirds of the decode's time before."""
+        fast = self._scalar
+        for k, v in state.items():
+            tv = type(v)
+            if tv is dict:
+                if len(v) == 2 and "_type_" in v and "_data_" in v and type(v["_data_"]) is str:
+                    state[k] = fast[v["_type_"]](v["_data_"])
+                else:
+                    state[k] = self._walk(v)
+            elif tv is list:
+                for x in v:
+                    tx = type(x)
+                    if tx is dict or tx is list:
+                        state[k] = self._walk(v)
+                        break
+        if len(state) == 2 and "_type_" in state and "_data_" in state:
+            raise _Fallback  # the whole state a transcoded object: the mapper's path
+        return state
+
     def _walk(self, value: Any) -> Any:
         """``JSONTranscoder._decode_obj`` applied to every JSON object, innermost first."""
         t = type(value)
@@ -131,8 +165,7 @@ class BulkDecoder:
                 if tv is dict or tv is list:
                     value[k] = self._walk(v)
             if len(value) == 2 and "_type_" in value and "_data_" in value:
-                transcoding = self.names[value["_type_"]]
-                return transcoding.decode(value["_data_"])
+                return self.names[value["_type_"]].decode(value["_data_"])
             return value
         for i, v in enumerate(value):
             tv = type(v)
