@@ -14,8 +14,13 @@ from typing import Any
 
 
 def run(code: str, module: str, function: str, *args: Any) -> None:
+    from eventsourcing.utils import clear_topic_cache
+
     sys.path.insert(0, code)
     for name in list(sys.modules):
         if name.split(".")[0] in ("bench", "engramdb"):
             del sys.modules[name]
+    # the spawn already imported the worktree's event classes (the parent's ``__main__``):
+    # eventsourcing refuses to register the exported ones under the same topics otherwise
+    clear_topic_cache()
     getattr(importlib.import_module(module), function)(*args)
