@@ -105,14 +105,14 @@ def rebuild(
                 for rm in read_models:
                     shadows[rm.name] = ShadowLoad(conninfo, live, rm, embedder.model_id,
                                                   embedder.dimensions, app.name, position)
-                groups = _groups(position, group_events)
                 stream = LogStream(app, conninfo, position or 0, page_size)
+                plan = stream.plan(group_events)
                 bar = _progress(progress, position)
-                for group in range(groups):  # fold one group of agents, load it, free it
+                for key_bytes in plan:  # fold one group of agents, load it, free it
                     t = time.perf_counter()
                     folds = {rm.name: rm.fold() for rm in read_models}
                     if position is not None:
-                        events += _fold(stream, folds, groups, group, bar)
+                        events += _fold(stream, folds, key_bytes, bar)
                     t1 = time.perf_counter()
                     read += t1 - t
                     fresh = sum(_fill_embeddings(env, name, live, counting, folds[name])
@@ -175,14 +175,6 @@ def finish_shadow(shadow: ShadowLoad) -> ShadowBuild:
     return shadow.finish()
 
 
-def _groups(position: int | None, group_events: int) -> int:
-    """How many groups of agents to fold one after the other: about ``group_events`` events
-    each (the log's length is the last notification id), at most 256 (one byte of key id)."""
-    if not position or group_events <= 0:
-        return 1
-    return max(1, min(256, -(-position // group_events)))
-
-
 def _progress(progress: bool, position: int | None) -> Any:
     if not progress or position is None:
         return None
@@ -191,12 +183,12 @@ def _progress(progress: bool, position: int | None) -> Any:
     return tqdm(total=position, unit="ev", desc="rebuild")
 
 
-def _fold(stream: LogStream, folds: dict[str, BulkFold], groups: int, group: int,
+def _fold(stream: LogStream, folds: dict[str, BulkFold], key_bytes: frozenset[int] | None,
           bar: Any) -> int:
     """One pass over the log for one group of agents, feeding every fold."""
     applies = [f.apply for f in folds.values()]
     count = 0
-    for page in stream.pages(groups, group):
+    for page in stream.group_pages(key_bytes):
         for event in page:
             for apply in applies:
                 apply(event)

@@ -19,9 +19,10 @@ from engramdb.domain.keys import agent_aggregate_id
 from engramdb.domain.payloads import FactPayload
 from engramdb.infra.providers.scripted import HashEmbedder
 from engramdb.projections.embeddings import CountingEmbedder
-from engramdb.projections.log_stream import group_of
+from engramdb.projections.log_stream import LogStream
+from engramdb.projections.positions import _conninfo
 from engramdb.projections.read_models import BY_NAME
-from engramdb.projections.rebuild import _groups, rebuild
+from engramdb.projections.rebuild import rebuild
 from engramdb.projections.runner import ProjectionSet
 from engramdb.services.app import MemoryApplication
 
@@ -180,13 +181,16 @@ def test_rebuild_equals_incremental_and_never_re_embeds(pg_url: str, store: Any)
     for table, rows in incremental.items():
         assert rebuilt[table] == rows, table
 
-    # one group of agents at a time, in small pages (ADR-0032): the two agents in different
-    # groups, the other groups empty; the same tables row for row
+    # one group of agents at a time, in small pages (ADR-0032): groups of at most one event
+    # put every agent key byte in a group of its own (the two agents in different ones; a
+    # hash modulo 3 groups as well); the same tables row for row
     a, b = agent_aggregate_id("agent-a"), agent_aggregate_id("agent-b")
-    per_group = next(n for n in range(pos // 3, 0, -1)
-                     if group_of(a, _groups(pos, n)) != group_of(b, _groups(pos, n)))
-    assert _groups(pos, per_group) >= 3
-    rebuild(MemoryApplication, env, counting, group_events=per_group, page_size=7)
+    assert a.bytes[15] != b.bytes[15]
+    stream = LogStream(app, _conninfo(env), pos)
+    assert stream.plan(1) == [frozenset({a.bytes[15]}), frozenset({b.bytes[15]})] or \
+        stream.plan(1) == [frozenset({b.bytes[15]}), frozenset({a.bytes[15]})]
+    assert stream.plan(pos) == [None]
+    rebuild(MemoryApplication, env, counting, group_events=1, page_size=7)
     assert dump(pg_url, schema) == rebuilt
 
     # the projector resumes right after the rebuilt position: no duplicates, same as rebuild
