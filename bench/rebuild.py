@@ -10,7 +10,11 @@ cache: zero embedder calls (asserted). After the runs, a bare ``CREATE INDEX …
 a copy of the same ``mem_facts`` rows, same settings, right after each run of the current path,
 is the yardstick of its HNSW phase.
 
-    python -m bench.rebuild [--facts 100000] [--runs 3] [--no-legacy] [--cold]
+    python -m bench.rebuild [--facts 100000] [--runs 3] [--no-legacy] [--cold] [--baseline DIR]
+
+``--baseline DIR``: also rebuild, alternated with the others, with the code exported in
+``DIR`` (e.g. ``git archive <ref> | tar -x -C DIR``; its child process imports ``engramdb``
+from there, ``bench.exported``): before/after figures of a change in one invocation.
 
 Prints medians: events/s of read+fold, load (COPY) and fold+load, HNSW and other index
 seconds, swap seconds, peak RSS. ``measure()`` returns the same as a dict (``bench.scale``).
@@ -31,6 +35,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from bench import exported
 from bench.aggregate_cost import BY, bench_schema
 from engramdb.domain.aggregate import MessageRecord
 from engramdb.domain.payloads import FactPayload
@@ -108,10 +113,15 @@ def _child(impl: str, env: dict[str, str], out: Any) -> None:
               "embedder_calls": counting.calls})
 
 
-def run_in_child(impl: str, env: dict[str, str]) -> dict[str, Any]:
+def run_in_child(impl: str, env: dict[str, str], code: str | None = None) -> dict[str, Any]:
+    """``code``: a directory of exported sources the child imports ``engramdb`` from."""
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(impl, env, child))
+    if code is None:
+        proc = ctx.Process(target=_child, args=(impl, env, child))
+    else:
+        proc = ctx.Process(target=exported.run,
+                           args=(code, "bench.rebuild", "_child", impl, env, child))
     proc.start()
     child.close()
     try:
@@ -159,7 +169,8 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def measure(facts: int = 100_000, runs: int = 3, agents: int = 20, batch: int = 1000,
-            legacy: bool = True, cold: bool = False, log: Any = print) -> dict[str, Any]:
+            legacy: bool = True, cold: bool = False, log: Any = print,
+            baseline: str | None = None) -> dict[str, Any]:
     """Generate, rebuild ``runs`` times per path in child processes; medians per path."""
     out: dict[str, Any] = {"facts": facts, "runs": runs}
     with bench_schema("bench_rb") as (url, env):
@@ -173,10 +184,14 @@ def measure(facts: int = 100_000, runs: int = 3, agents: int = 20, batch: int = 
         log(line("cold cache (new path)", first))
         if cold:
             out["cold"] = first
-        results: dict[str, list[dict[str, Any]]] = {"new": [], "legacy": []}
+        results: dict[str, list[dict[str, Any]]] = {"new": [], "baseline": [], "legacy": []}
+        impls = ["new", *(["baseline"] if baseline else []), *(["legacy"] if legacy else [])]
         for _ in range(runs):
-            for impl in ("new", "legacy") if legacy else ("new",):
-                r = run_in_child(impl, env)
+            for impl in impls:
+                if impl == "baseline":
+                    r = run_in_child("new", env, baseline)
+                else:
+                    r = run_in_child(impl, env)
                 assert r["embedder_calls"] == 0, r
                 if impl == "new":  # the yardstick right after, on the rows just built
                     r["bare_hnsw_s"] = bare_hnsw_seconds(url, schema)
@@ -208,7 +223,7 @@ def report(m: dict[str, Any]) -> str:
     header = ("path", "read+fold ev/s", "load ev/s", "fold+load ev/s", "total ev/s",
               "keys+idx s", "HNSW s", "swap s", "readers blocked s", "peak RSS MiB")
     rows.append("  " + " | ".join(header))
-    for impl in ("new", "legacy"):
+    for impl in ("new", "baseline", "legacy"):
         s = m.get(impl)
         if s:
             rows.append(
@@ -216,7 +231,13 @@ def report(m: dict[str, Any]) -> str:
                 f"{s['fold_load_ev_s']:,.0f} | {s['total_ev_s']:,.0f} | {s['key_index_s']:.1f} | "
                 f"{s['hnsw_s']:.1f} | {s['swap_s']:.2f} | {s['blocked_s']:.3f} | "
                 f"{s['peak_rss_mb']:.0f}")
-    new, old = m["new"], m.get("legacy")
+    new, old, base = m["new"], m.get("legacy"), m.get("baseline")
+    if base:
+        rows.append(f"  fold+load speed-up vs the baseline: "
+                    f"{new['fold_load_ev_s'] / base['fold_load_ev_s']:.2f}x; read+fold "
+                    f"{new['read_fold_ev_s'] / base['read_fold_ev_s']:.2f}x; load "
+                    f"{new['load_ev_s'] / base['load_ev_s']:.2f}x; total "
+                    f"{new['total_ev_s'] / base['total_ev_s']:.2f}x")
     rows.append(f"  HNSW in the rebuild {new['hnsw_s']:.1f}s vs bare CREATE INDEX "
                 f"{m['bare_hnsw_s']:.1f}s on a copy of the same rows, right after each run: "
                 f"median ratio {m['hnsw_ratio']:.2f}x")
@@ -235,9 +256,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--no-legacy", action="store_true", help="skip the previous path")
     parser.add_argument("--cold", action="store_true", help="keep the cold-cache report")
+    parser.add_argument("--baseline", help="directory of exported sources to compare with")
     args = parser.parse_args()
     m = measure(args.facts, args.runs, args.agents, args.batch, legacy=not args.no_legacy,
-                cold=args.cold)
+                cold=args.cold, baseline=args.baseline)
     print(report(m))
 
 

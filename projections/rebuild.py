@@ -23,11 +23,8 @@ commits, then the new one — never an empty or half-built one. One rebuild per 
 
 from __future__ import annotations
 
-import contextlib
-import queue
-import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -38,14 +35,15 @@ from engramdb.domain.ports import EmbeddingProvider
 from engramdb.infra.advisory_locks import namespace
 from engramdb.infra.pgsql import set_search_path
 from engramdb.projections.embeddings import CountingEmbedder, fill_cache_outside_transactions
+from engramdb.projections.log_stream import PAGE_SIZE, LogStream
 from engramdb.projections.positions import APPLICATION_NAME, _conninfo
 from engramdb.projections.read_model import BulkFold, datastore_factory
 from engramdb.projections.read_models import select
-from engramdb.projections.shadow import build_shadow, drop_shadow
+from engramdb.projections.shadow import ShadowBuild, ShadowLoad, drop_shadow
 from engramdb.projections.swap import ShadowCatchUp, swap_in
 from engramdb.projections.tables import EMBEDDING_CACHE_DDL, READ_MODEL_META_DDL
 
-PAGE_SIZE = 5000
+GROUP_EVENTS = 100_000  # events per group of agents folded and loaded at once (ADR-0032)
 
 
 class RebuildReport(BaseModel):
@@ -82,6 +80,7 @@ def rebuild(
     projection: str | Sequence[str] | None = None,
     progress: bool = False,
     page_size: int = PAGE_SIZE,
+    group_events: int = GROUP_EVENTS,
 ) -> RebuildReport:
     """Rebuild ``projection`` (default: all) from the log and swap it in; see the module doc."""
     read_models = select(projection)
@@ -91,38 +90,60 @@ def rebuild(
     conninfo = _conninfo(env)
     started = time.perf_counter()
     app = application_class(env)
+    read = embed = 0.0
+    events = 0
+    rows: dict[str, int] = {}
+    load = key_index = index = swap = blocked = 0.0
+    caught_up = 0
     try:
         with _rebuild_lock(conninfo, live):
-            folds = {rm.name: rm.fold() for rm in read_models}
-            events, position = _read_log(app, folds, page_size, progress)
-            read_done = time.perf_counter()
+            position = app.recorder.max_notification_id()
             for name in names:
-                _fill_embeddings(env, name, live, counting, folds[name])
-            if counting.texts:  # many fresh cache rows: give the planner statistics before the
-                _analyze_cache(conninfo, live)  # load's per-chunk lookups (index, not seq scan)
-            embed_done = time.perf_counter()
-            rows: dict[str, int] = {}
-            load = key_index = index = swap = blocked = 0.0
-            caught_up = 0
-            for rm in read_models:
-                fold = folds.pop(rm.name)  # freed once loaded
-                built = build_shadow(conninfo, live, rm, fold.rows, embedder.model_id,
-                                     embedder.dimensions, app.name, position)
-                del fold
-                rows.update(built.rows)
-                load += built.load_seconds
-                key_index += built.key_index_seconds
-                index += built.index_seconds
-                catch_up = ShadowCatchUp(app, env, rm, counting, live, built.schema, position)
-                try:
-                    result = swap_in(conninfo, catch_up, rm, live, built.schema,
-                                     embedder.model_id, embedder.dimensions)
-                finally:
-                    catch_up.close()
-                    drop_shadow(conninfo, built.schema)
-                caught_up += result.caught_up
-                swap += result.seconds
-                blocked += result.blocked_seconds
+                _prepare_cache(env, name, live)
+            shadows: dict[str, ShadowLoad] = {}
+            try:
+                for rm in read_models:
+                    shadows[rm.name] = ShadowLoad(conninfo, live, rm, embedder.model_id,
+                                                  embedder.dimensions, app.name, position)
+                stream = LogStream(app, conninfo, position or 0, page_size)
+                plan = stream.plan(group_events)
+                bar = _progress(progress, position)
+                for key_bytes in plan:  # fold one group of agents, load it, free it
+                    t = time.perf_counter()
+                    folds = {rm.name: rm.fold() for rm in read_models}
+                    if position is not None:
+                        events += _fold(stream, folds, key_bytes, bar)
+                    t1 = time.perf_counter()
+                    read += t1 - t
+                    fresh = sum(_fill_embeddings(env, name, live, counting, folds[name])
+                                for name in names)
+                    if fresh:  # many fresh cache rows: give the planner statistics before the
+                        _analyze_cache(conninfo, live)  # load's lookups (index, not seq scan)
+                    embed += time.perf_counter() - t1
+                    for rm in read_models:
+                        shadows[rm.name].load(folds.pop(rm.name).rows)
+                    del folds
+                if bar is not None:
+                    bar.close()
+                for rm in read_models:
+                    built = finish_shadow(shadows.pop(rm.name))
+                    rows.update(built.rows)
+                    load += built.load_seconds
+                    key_index += built.key_index_seconds
+                    index += built.index_seconds
+                    catch_up = ShadowCatchUp(app, env, rm, counting, live, built.schema, position)
+                    try:
+                        result = swap_in(conninfo, catch_up, rm, live, built.schema,
+                                         embedder.model_id, embedder.dimensions)
+                    finally:
+                        catch_up.close()
+                        drop_shadow(conninfo, built.schema)
+                    caught_up += result.caught_up
+                    swap += result.seconds
+                    blocked += result.blocked_seconds
+            finally:
+                for shadow in shadows.values():  # a failed rebuild: roll its loads back
+                    shadow.close()
     finally:
         app.close()
     done = time.perf_counter()
@@ -136,9 +157,9 @@ def rebuild(
         embed_calls=counting.calls,
         texts_embedded=counting.texts,
         rows=rows,
-        read_seconds=read_done - started,
-        embed_seconds=embed_done - read_done,
-        write_seconds=done - embed_done,
+        read_seconds=read,
+        embed_seconds=embed,
+        write_seconds=seconds - read - embed - load,
         index_seconds=index,
         embedding_model=embedder.model_id,
         load_seconds=load,
@@ -147,6 +168,34 @@ def rebuild(
         swap_seconds=swap,
         blocked_seconds=blocked,
     )
+
+
+def finish_shadow(shadow: ShadowLoad) -> ShadowBuild:
+    """Keys, indexes and HNSW of a loaded shadow (a seam: tests append events here)."""
+    return shadow.finish()
+
+
+def _progress(progress: bool, position: int | None) -> Any:
+    if not progress or position is None:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=position, unit="ev", desc="rebuild")
+
+
+def _fold(stream: LogStream, folds: dict[str, BulkFold], key_bytes: frozenset[int] | None,
+          bar: Any) -> int:
+    """One pass over the log for one group of agents, feeding every fold."""
+    applies = [f.apply for f in folds.values()]
+    count = 0
+    for page in stream.group_pages(key_bytes):
+        for event in page:
+            for apply in applies:
+                apply(event)
+        count += len(page)
+        if bar is not None:
+            bar.update(len(page))
+    return count
 
 
 class _rebuild_lock:
@@ -166,86 +215,32 @@ class _rebuild_lock:
         self.conn.close()  # the session ends: the lock is released
 
 
-def _pages(app: Any, stop: int, page_size: int) -> Iterator[list[Any]]:
-    """Pages of notifications up to ``stop``, the next one fetched by a thread while the
-    caller folds this one (the fetch waits on the socket with the GIL released)."""
-    pages: queue.Queue[Any] = queue.Queue(maxsize=2)  # bounded: at most 3 pages in memory
-    done = object()
-
-    def fetch() -> None:
-        last = 0
-        try:
-            while last < stop:
-                page = app.recorder.select_notifications(
-                    start=last, limit=page_size, stop=stop, inclusive_of_start=False)
-                if not page:
-                    break
-                pages.put(page)
-                last = page[-1].id
-            pages.put(done)
-        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
-            pages.put(exc)
-
-    reader = threading.Thread(target=fetch, name="rebuild-reader", daemon=True)
-    reader.start()
-    try:
-        while (item := pages.get()) is not done:
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        while reader.is_alive():  # unblock a reader waiting on a full queue
-            with contextlib.suppress(queue.Empty):
-                pages.get(timeout=0.05)
-        reader.join()
-
-
-def _read_log(
-    app: Any, folds: dict[str, BulkFold], page_size: int, progress: bool
-) -> tuple[int, int | None]:
-    """One streamed pass over the notification log up to its current end, feeding every fold."""
-    stop = app.recorder.max_notification_id()
-    if stop is None:
-        return 0, None
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=stop, unit="ev", desc="rebuild")
-    to_event = app.mapper.to_domain_event
-    applies = [f.apply for f in folds.values()]
-    count, last = 0, 0
-    try:
-        for page in _pages(app, stop, page_size):
-            for notification in page:
-                event = to_event(notification)
-                for apply in applies:
-                    apply(event)
-            count += len(page)
-            if bar is not None:
-                bar.update(page[-1].id - last)
-            last = page[-1].id
-    finally:
-        if bar is not None:
-            bar.close()
-    return count, stop
-
-
-def _fill_embeddings(env: dict[str, str], name: str, live: str, embedder: CountingEmbedder,
-                     fold: BulkFold) -> None:
-    texts = fold.texts()
+def _prepare_cache(env: dict[str, str], name: str, live: str) -> None:
+    """The shared embedding cache and model metadata tables, if missing."""
     factory = datastore_factory(name, env)
     try:
-        datastore = factory.datastore
-        with datastore.transaction(commit=True) as curs:
+        with factory.datastore.transaction(commit=True) as curs:
             set_search_path(curs, live)
             for statement in EMBEDDING_CACHE_DDL + READ_MODEL_META_DDL:
                 curs.execute(statement)
-        if texts:
-            fill_cache_outside_transactions(
-                datastore, lambda curs: set_search_path(curs, live), embedder, texts)
     finally:
         factory.close()
+
+
+def _fill_embeddings(env: dict[str, str], name: str, live: str, embedder: CountingEmbedder,
+                     fold: BulkFold) -> int:
+    """Embed the fold's texts the cache lacks; returns how many were embedded."""
+    texts = fold.texts()
+    if not texts:
+        return 0
+    before = embedder.texts
+    factory = datastore_factory(name, env)
+    try:
+        fill_cache_outside_transactions(
+            factory.datastore, lambda curs: set_search_path(curs, live), embedder, texts)
+    finally:
+        factory.close()
+    return embedder.texts - before
 
 
 def _analyze_cache(conninfo: str, live: str) -> None:

@@ -68,28 +68,37 @@ class ShadowBuild:
     index_seconds: float = 0.0  # HNSW
 
 
-def build_shadow(
-    conninfo: str,
-    live: str,
-    rm: ReadModel,
-    rows: Callable[[str], Iterable[tuple[Any, ...]]],
-    model_id: str,
-    dimensions: int,
-    application_name: str,
-    position: int | None,
-) -> ShadowBuild:
-    """Create, load and index ``rm``'s tables in its shadow schema; the shadow's tracking
-    table records ``position`` (the last event folded). Nothing live is touched except
-    creating the shared tables and search functions if they are missing."""
-    shadow = shadow_schema(live, rm.name)
-    out = ShadowBuild(shadow)
-    started = time.perf_counter()
-    conn: Any
-    with psycopg.connect(conninfo) as conn, psycopg.connect(conninfo, autocommit=True) as cache:
+class ShadowLoad:
+    """A shadow schema being loaded: ``load`` may be called many times (once per group of
+    agents, ADR-0032) inside one transaction — the tables were created in it, so every COPY
+    is ``FREEZE`` — then ``finish`` commits, analyzes and builds keys and indexes."""
+
+    def __init__(self, conninfo: str, live: str, rm: ReadModel, model_id: str,
+                 dimensions: int, application_name: str, position: int | None) -> None:
+        self.rm, self.model_id = rm, model_id
+        self.shadow = shadow_schema(live, rm.name)
+        self.live = live
+        self.out = ShadowBuild(self.shadow, rows={t.name: 0 for t in rm.tables})
+        started = time.perf_counter()
+        self.conn: Any = psycopg.connect(conninfo)
+        self.cache: Any = psycopg.connect(conninfo, autocommit=True)
+        try:
+            self._create(dimensions, application_name, position)
+        except BaseException:
+            self.close()
+            raise
+        self.out.load_seconds += time.perf_counter() - started
+
+    def _create(self, dimensions: int, application_name: str, position: int | None) -> None:
+        conn, cache, rm, live, shadow = self.conn, self.cache, self.rm, self.live, self.shadow
         register_raw_vectors(conn)
         register_flat_arrays(conn)
         register_raw_vectors(cache)
         cache.execute(sql.SQL("SET search_path TO {}, public").format(sql.Identifier(live)))
+        # end the implicit transaction the type lookups opened: the blocks below must commit
+        # (and release the DDL lock) now, not when the load commits — the other read models'
+        # shadows are created while this one's load transaction stays open
+        conn.commit()
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK_KEY,))
             set_search_path(conn, live)
@@ -100,42 +109,86 @@ def build_shadow(
             for old in (shadow, f"{shadow}_old"):  # a crashed rebuild's
                 conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
                     sql.Identifier(old)))
-            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(shadow)))
-            conn.execute(shadow_search_path(shadow, live))
-            for table in rm.tables:
-                conn.execute(table.create_sql(dimensions, primary_key=False))
-            if rm.projected:
-                tracking = f"{rm.name}_tracking"
-                conn.execute(tracking_ddl(shadow, tracking))
-                marks = [(MIGRATION_ROW, 1)]
-                if position is not None:
-                    marks.append((application_name, position))
-                for name, pos in marks:
-                    conn.execute(sql.SQL("INSERT INTO {}.{} VALUES (%s, %s)").format(
-                        sql.Identifier(shadow), sql.Identifier(tracking)), (name, pos))
-            for table in rm.tables:
-                out.rows[table.name] = copy_rows(
-                    conn, cache, shadow, table, rows(table.name), model_id, freeze=True)
-        with conn.transaction():  # statistics first: the index builds plan their workers
-            conn.execute(shadow_search_path(shadow, live))
-            for table in rm.tables:
-                conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(shadow, table.name)))
-        out.load_seconds = time.perf_counter() - started
-        with conn.transaction():
-            conn.execute(shadow_search_path(shadow, live))
-            conn.execute(f"SET LOCAL maintenance_work_mem = '{MAINTENANCE_WORK_MEM}'")
-            conn.execute(f"SET LOCAL max_parallel_maintenance_workers = {PARALLEL_WORKERS}")
-            indexing = time.perf_counter()
-            for table in rm.tables:
-                for statement in [table.primary_key_sql(), *table.indexes]:
-                    conn.execute(statement)
-            out.key_index_seconds = time.perf_counter() - indexing
-            indexing = time.perf_counter()
-            for table in rm.tables:
-                for statement in table.vector_index_sql():
-                    conn.execute(statement)
-            out.index_seconds = time.perf_counter() - indexing
-    return out
+        # the load's transaction: open until ``finish`` (tables created in it: COPY FREEZE)
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(shadow)))
+        conn.execute(shadow_search_path(shadow, live))
+        for table in rm.tables:
+            conn.execute(table.create_sql(dimensions, primary_key=False))
+        if rm.projected:
+            tracking = f"{rm.name}_tracking"
+            conn.execute(tracking_ddl(shadow, tracking))
+            marks = [(MIGRATION_ROW, 1)]
+            if position is not None:
+                marks.append((application_name, position))
+            for name, pos in marks:
+                conn.execute(sql.SQL("INSERT INTO {}.{} VALUES (%s, %s)").format(
+                    sql.Identifier(shadow), sql.Identifier(tracking)), (name, pos))
+
+    def load(self, rows: Callable[[str], Iterable[tuple[Any, ...]]]) -> None:
+        """COPY ``rows(table)`` of every table (one group's, or all of them)."""
+        started = time.perf_counter()
+        for table in self.rm.tables:
+            self.out.rows[table.name] += copy_rows(
+                self.conn, self.cache, self.shadow, table, rows(table.name), self.model_id,
+                freeze=True)
+        self.out.load_seconds += time.perf_counter() - started
+
+    def finish(self) -> ShadowBuild:
+        """Commit the load, then ``ANALYZE``, keys, secondary indexes, HNSW last."""
+        conn, rm, shadow, live, out = self.conn, self.rm, self.shadow, self.live, self.out
+        try:
+            started = time.perf_counter()
+            conn.commit()
+            with conn.transaction():  # statistics first: the index builds plan their workers
+                conn.execute(shadow_search_path(shadow, live))
+                for table in rm.tables:
+                    conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(shadow, table.name)))
+            out.load_seconds += time.perf_counter() - started
+            with conn.transaction():
+                conn.execute(shadow_search_path(shadow, live))
+                conn.execute(f"SET LOCAL maintenance_work_mem = '{MAINTENANCE_WORK_MEM}'")
+                conn.execute(f"SET LOCAL max_parallel_maintenance_workers = {PARALLEL_WORKERS}")
+                indexing = time.perf_counter()
+                for table in rm.tables:
+                    for statement in [table.primary_key_sql(), *table.indexes]:
+                        conn.execute(statement)
+                out.key_index_seconds = time.perf_counter() - indexing
+                indexing = time.perf_counter()
+                for table in rm.tables:
+                    for statement in table.vector_index_sql():
+                        conn.execute(statement)
+                out.index_seconds = time.perf_counter() - indexing
+        finally:
+            self.close()
+        return out
+
+    def close(self) -> None:
+        """Close both connections (an unfinished load rolls back: nothing was committed)."""
+        self.cache.close()
+        self.conn.close()
+
+
+def build_shadow(
+    conninfo: str,
+    live: str,
+    rm: ReadModel,
+    rows: Callable[[str], Iterable[tuple[Any, ...]]],
+    model_id: str,
+    dimensions: int,
+    application_name: str,
+    position: int | None,
+) -> ShadowBuild:
+    """Create, load and index ``rm``'s tables in its shadow schema in one go (``ShadowLoad``
+    with a single ``load``); the shadow's tracking table records ``position`` (the last event
+    folded). Nothing live is touched except creating the shared tables and search functions
+    if they are missing."""
+    shadow = ShadowLoad(conninfo, live, rm, model_id, dimensions, application_name, position)
+    try:
+        shadow.load(rows)
+    except BaseException:
+        shadow.close()
+        raise
+    return shadow.finish()
 
 
 def drop_shadow(conninfo: str, shadow: str) -> None:

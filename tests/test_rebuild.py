@@ -15,9 +15,12 @@ import pytest
 
 from engramdb.domain.aggregate import REPROCESSED, MessageRecord
 from engramdb.domain.jobs import AgentJobs
+from engramdb.domain.keys import agent_aggregate_id
 from engramdb.domain.payloads import FactPayload
 from engramdb.infra.providers.scripted import HashEmbedder
 from engramdb.projections.embeddings import CountingEmbedder
+from engramdb.projections.log_stream import LogStream
+from engramdb.projections.positions import _conninfo
 from engramdb.projections.read_models import BY_NAME
 from engramdb.projections.rebuild import rebuild
 from engramdb.projections.runner import ProjectionSet
@@ -177,6 +180,18 @@ def test_rebuild_equals_incremental_and_never_re_embeds(pg_url: str, store: Any)
     rebuilt = dump(pg_url, schema)
     for table, rows in incremental.items():
         assert rebuilt[table] == rows, table
+
+    # one group of agents at a time, in small pages (ADR-0032): groups of at most one event
+    # put every agent key byte in a group of its own (the two agents in different ones; a
+    # hash modulo 3 groups as well); the same tables row for row
+    a, b = agent_aggregate_id("agent-a"), agent_aggregate_id("agent-b")
+    assert a.bytes[15] != b.bytes[15]
+    stream = LogStream(app, _conninfo(env), pos)
+    assert stream.plan(1) == [frozenset({a.bytes[15]}), frozenset({b.bytes[15]})] or \
+        stream.plan(1) == [frozenset({b.bytes[15]}), frozenset({a.bytes[15]})]
+    assert stream.plan(pos) == [None]
+    rebuild(MemoryApplication, env, counting, group_events=1, page_size=7)
+    assert dump(pg_url, schema) == rebuilt
 
     # the projector resumes right after the rebuilt position: no duplicates, same as rebuild
     with ProjectionSet.start(MemoryApplication, env, counting) as ps:

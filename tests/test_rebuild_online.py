@@ -98,7 +98,7 @@ def test_rebuild_while_projecting_writing_and_reading(
 
         # events appended after the bulk fold, while the shadow is loaded: the catch-up must
         # apply them (the writer thread keeps appending through the swap as well)
-        built = rebuild_module.build_shadow
+        built = rebuild_module.finish_shadow
         late: list[int] = []
 
         def build_then_write(*args: Any, **kwargs: Any) -> Any:
@@ -106,7 +106,7 @@ def test_rebuild_while_projecting_writing_and_reading(
             late.append(drive(app, "agent-c", 2, start=len(late) * 2))
             return out
 
-        monkeypatch.setattr(rebuild_module, "build_shadow", build_then_write)
+        monkeypatch.setattr(rebuild_module, "finish_shadow", build_then_write)
         reader.start()
         writer.start()
         time.sleep(0.3)
@@ -128,7 +128,7 @@ def test_rebuild_while_projecting_writing_and_reading(
         online = dump(pg_url, schema)
         # a second rebuild with nothing moving gives the same tables row for row: nothing was
         # lost or applied twice across the first one's catch-up and swap
-        monkeypatch.setattr(rebuild_module, "build_shadow", built)
+        monkeypatch.setattr(rebuild_module, "finish_shadow", built)
         rebuild(MemoryApplication, env, HashEmbedder())
         assert dump(pg_url, schema) == online
         with psycopg.connect(pg_url, autocommit=True) as conn:  # no shadow schema left behind

@@ -1,0 +1,102 @@
+"""Peak RSS and speed of the rebuild's read+fold+load at a size where the full rebuild (cold
+embedding of every text, HNSW) would take hours here: groups of agents (ADR-0032) vs one pass.
+
+Generates ``--facts`` facts as ``bench.rebuild`` does (20 agents), then, each in a fresh child
+process (its own peak RSS), runs what ``projections.rebuild`` runs before its index builds: the
+per-group plan, the streamed read + bulk decode + fold, and the binary COPY into the shadow
+tables — rolled back at the end (no keys, no HNSW, no swap). The embedding cache is left cold:
+vectors are looked up and found missing (NULL), so the load writes no vector bytes; memory and
+the fold are what this measures.
+
+    python -m bench.rebuild_memory --facts 1000000 [--group-events 100000 0]
+
+``--group-events 0``: one pass over the whole log (the folded rows of every agent held until
+the load, as before ADR-0032).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import resource
+import time
+from typing import Any
+
+from bench.aggregate_cost import bench_schema
+from bench.rebuild import generate
+from engramdb.infra.providers.scripted import HashEmbedder
+from engramdb.projections.log_stream import LogStream
+from engramdb.projections.positions import _conninfo
+from engramdb.projections.read_models import select
+from engramdb.projections.rebuild import _fold
+from engramdb.projections.shadow import ShadowLoad
+from engramdb.services.app import MemoryApplication
+
+
+def _child(env: dict[str, str], group_events: int, out: Any) -> None:
+    app = MemoryApplication(env)
+    try:
+        position = app.recorder.max_notification_id() or 0
+        live, conninfo, embedder = env["POSTGRES_SCHEMA"], _conninfo(env), HashEmbedder()
+        models = select(None)
+        shadows = {rm.name: ShadowLoad(conninfo, live, rm, embedder.model_id,
+                                       embedder.dimensions, app.name, position)
+                   for rm in models}
+        try:
+            stream = LogStream(app, conninfo, position)
+            plan = stream.plan(group_events)
+            started = time.perf_counter()
+            read = 0.0
+            events = 0
+            for key_bytes in plan:
+                t = time.perf_counter()
+                folds = {rm.name: rm.fold() for rm in models}
+                events += _fold(stream, folds, key_bytes, None)
+                read += time.perf_counter() - t
+                for rm in models:
+                    shadows[rm.name].load(folds.pop(rm.name).rows)
+                del folds
+            total = time.perf_counter() - started
+        finally:
+            for shadow in shadows.values():
+                shadow.close()  # rolled back
+    finally:
+        app.close()
+    out.send({"group_events": group_events, "groups": len(plan), "events": events,
+              "read_fold_s": read, "fold_load_s": total,
+              "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+
+
+def run(env: dict[str, str], group_events: int) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(env, group_events, child))
+    proc.start()
+    child.close()
+    result: dict[str, Any] = parent.recv()
+    proc.join()
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--facts", type=int, default=1_000_000)
+    parser.add_argument("--group-events", type=int, nargs="+", default=[100_000])
+    args = parser.parse_args()
+    with bench_schema("bench_rbm") as (_, env):
+        app = MemoryApplication({**env, "IS_SNAPSHOTTING_ENABLED": "n"})
+        t = time.perf_counter()
+        n = generate(app, args.facts, 20, 1000)
+        app.close()
+        print(f"generated {n} facts in {time.perf_counter() - t:.1f}s", flush=True)
+        for group_events in args.group_events:
+            r = run(env, group_events)
+            print(f"group_events {r['group_events']:,} ({r['groups']} groups): {r['events']:,} "
+                  f"events, read+fold {r['read_fold_s']:.1f}s "
+                  f"({r['events'] / r['read_fold_s']:,.0f} ev/s), fold+load "
+                  f"{r['fold_load_s']:.1f}s ({r['events'] / r['fold_load_s']:,.0f} ev/s), "
+                  f"peak RSS {r['peak_rss_mb']:.0f} MiB", flush=True)
+
+
+if __name__ == "__main__":
+    main()
