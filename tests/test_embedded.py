@@ -20,7 +20,7 @@ from engramdb.infra.database import ensure_extensions, es_env_from_url, resolve_
 from engramdb.infra.embedded import EmbeddedServers
 from engramdb.infra.embedded_base import EmbeddedServerError, wait_until
 from engramdb.infra.embedded_nats import ensure_nats, nats_running
-from engramdb.infra.embedded_postgres import ensure_postgres, postgres_running
+from engramdb.infra.embedded_postgres import ensure_postgres, postgres_running, shared_buffers_mb
 from engramdb.infra.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -211,3 +211,14 @@ def test_root_refuses_untraversable_parent_without_chmod() -> None:
         assert not (private / "deep").exists()  # checked before creating anything
     finally:
         subprocess.run(["rm", "-rf", str(private)], check=False)
+
+
+def test_the_embedded_server_gets_an_eighth_of_memory_for_shared_buffers(pg_url: str) -> None:
+    """ADR-0038: between PostgreSQL's default 128 MB and 1 GB, an eighth of the machine."""
+    assert shared_buffers_mb(1 << 30) == 128 and shared_buffers_mb(4 << 30) == 512
+    assert shared_buffers_mb(64 << 30) == 1024
+    if os.environ.get("ENGRAMDB_TEST_DATABASE_URL"):
+        pytest.skip("an external server keeps its own settings")
+    with psycopg.connect(pg_url) as conn:
+        pages = conn.execute("SELECT setting::int * 8 / 1024 FROM pg_settings WHERE name = 'shared_buffers'")
+        assert pages.fetchone() == (shared_buffers_mb(),)  # the setting is in 8 kB pages

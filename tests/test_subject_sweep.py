@@ -14,6 +14,7 @@ from test_retrieve_support import T0, Store, store  # noqa: F401  (fixtures)
 
 from engramdb.infra.pgsql import vector_literal
 from engramdb.infra.providers.scripted import HashEmbedder, bow_tokens
+from engramdb.infra.read_pool import open_worker_pool
 from engramdb.services.retrieve import Retriever
 from engramdb.services.retrieve.config import RetrieveConfig
 from engramdb.services.retrieve.models import PlannedEntity, RetrievalPlan
@@ -382,3 +383,32 @@ def test_the_sweep_ranks_what_a_sweep_by_the_full_plans_subject_ranks(
     again = concept_retriever.retrieve(agent_id, query, config_overrides=cfg)
     assert [(f.fact_id, f.score) for f in again.facts] == [(f.fact_id, f.score) for f in result.facts]
     assert [(e.message_id, e.score) for e in again.events] == [(e.message_id, e.score) for e in result.events]
+
+
+def test_the_sweep_on_a_worker_answers_as_on_the_request_connection(
+    concept_store: Store, pg_url: str, agent_id: str
+) -> None:
+    """ADR-0038: with database workers the sweep's statements run on a worker as soon as its
+    vector is there; the lists, ranks and rows are those of the sweep run after the plan on
+    the request's connection — subject sweep and per-person sweep, facts and turns."""
+    s = concept_store
+    s.entity(agent_id, "person:tim", "Tim")
+    s.entity(agent_id, "person:ana", "Ana")
+    for i, text in enumerate(["Tim went to London.", "Tim cooks pasta.", "Ana went on a trip to Porto.",
+                              "Ana paints sunsets.", "Tim visited Rome last year."]):
+        key = "person:ana" if text.startswith("Ana") else "person:tim"
+        s.fact(agent_id, f"f{i}", key, text, valid_from=T0 - timedelta(days=i))
+        s.message(agent_id, f"m{i}", text, T0 - timedelta(hours=i), speaker=text.split()[0])
+    workers = open_worker_pool(pg_url, s.schema)
+    try:
+        with Retriever(s.pool, EMBEDDER) as inline, Retriever(s.pool, EMBEDDER, worker_pool=workers) as beside:
+            overrides = {"person_sweep_scope": "any", "person_lists_from": 0, "topk_events": 20}
+            for query in ("Which places has Tim been to?", "Which places have Tim and Ana both been to?"):
+                a = inline.retrieve(agent_id, query, config_overrides=overrides)
+                b = beside.retrieve(agent_id, query, config_overrides=overrides)
+                assert [f.model_dump() for f in b.facts] == [f.model_dump() for f in a.facts]
+                assert [e.model_dump() for e in b.events] == [e.model_dump() for e in a.events]
+                assert b.trace["candidates"] == a.trace["candidates"] and a.trace["candidates"]["person_facts"]
+                assert {"embed_subject", "subject_sweep"} <= set(b.trace["timings_ms"])
+    finally:
+        workers.close()

@@ -53,6 +53,7 @@ from engramdb.services.retrieve.planner import (
 )
 from engramdb.services.retrieve.rank import Candidate, EventCandidate, order_key, rank, rank_events
 from engramdb.services.retrieve.rrf_signals import bm25_fact_signal, message_signals
+from engramdb.services.retrieve.size_gate import SizeGate
 from engramdb.services.retrieve.stages import (
     Call,
     EventsOut,
@@ -110,6 +111,7 @@ class Retriever:
         # search there instead of the shared HNSW index (faster for small agents in a big
         # table, and exact; 0 = HNSW always, the behaviour the quality numbers were taken with)
         self.exact_search_rows = int(exact_search_rows)
+        self._size_gate = SizeGate(self.exact_search_rows)
         self._keyword_modes: dict[str, str] | None = None  # detected once from pg_indexes
         self._workers = Workers(worker_pool, embed_workers)
 
@@ -238,11 +240,15 @@ class Retriever:
         if self._keyword_modes is None:
             self._keyword_modes = signals.keyword_modes(conn)
         call.modes = self._keyword_modes
+        call.small = self._size_gate.verdicts(conn, call.agent_id)
         call.trace.note(keyword_mode=call.modes)
         f_events = self._workers.submit(self._events_signal, call) if call.cfg.topk_events > 0 else None
         f_side, keyword = self._start_side_signals(call, conn)
         names = load_names(conn, call.agent_id, call.analysis)
         swept = subject_sweep.start(call, names, lambda text: self._workers.embed(self._embed, text))
+        # the sweep's statements on a worker, as soon as its vector is there: beside the plan,
+        # the graph and the semantic search instead of after them (ADR-0038)
+        f_sweep = self._workers.submit(self._sweep_signal, call, swept) if swept is not None else None
         plan, lookup, anchor = plan_stage(call, conn, names)
         # graph and spreading only feed the formula and the graph list: when rank fusion gives
         # both no weight, their statements would be spent on nothing
@@ -258,14 +264,19 @@ class Retriever:
         else:
             with call.trace.stage("semantic"):
                 semantic = (signals.semantic_facts(conn, call.agent_id, qvec, call.cfg, call.floor, call.as_of,
-                                                   self.exact_search_rows) if qvec else [])
+                                                   self.exact_search_rows, call.small.get("mem_facts"))
+                            if qvec else [])
         call.lists["fact_semantic"] = (FACT, [fid for fid, _ in semantic])
         call.trace.count(semantic=len(semantic), keyword=len(keyword), graph=len(graph_hits),
                          aggregation=len(aggregation))
         call.trace.note(graph_entities={str(h): sorted(k for k, n in graph_nodes.items() if n.hop == h)
                                         for h in sorted({n.hop for n in graph_nodes.values()})})
         signal_map, structural = merge(semantic, keyword, graph_hits, aggregation)
-        for fid in subject_sweep.finish(call, conn, swept, qvec, self.exact_search_rows):
+        if f_sweep is not None:
+            swept_ids = subject_sweep.apply(call, f_sweep.result())
+        else:
+            swept_ids = subject_sweep.finish(call, conn, swept, qvec, self.exact_search_rows)
+        for fid in swept_ids:
             signal_map.setdefault(fid, {})
         ranked, n_merged = self._hydrate_and_rank(call, conn, signal_map, structural, qvec, anchor)
         if not self._workers.concurrent and call.cfg.topk_events > 0:  # no workers: messages here
@@ -305,8 +316,14 @@ class Retriever:
             qv = call.query_vector()
             sem_start = time.perf_counter()
             near = (signals.semantic_facts(side_conn, call.agent_id, qv, call.cfg, call.floor, call.as_of,
-                                           self.exact_search_rows) if qv else [])
+                                           self.exact_search_rows, call.small.get("mem_facts"))
+                    if qv else [])
         return found, kw_ms, near, ms(sem_start)
+
+    def _sweep_signal(self, call: Call, started: subject_sweep.Started) -> subject_sweep.Swept:
+        """The subject sweep's statements on a worker connection (ADR-0038)."""
+        with self._workers.connection() as sweep_conn:
+            return subject_sweep.run(call, sweep_conn, started, call.query_vector(), self.exact_search_rows)
 
     def _events_signal(self, call: Call) -> EventsOut:
         """Messages run beside the fact signals on a worker connection (the second core)."""
@@ -321,7 +338,7 @@ class Retriever:
         else:
             sig, rows_ = signals.message_events(
                 conn, call.agent_id, qv, call.words, call.cfg, call.floor, call.as_of,
-                call.modes["mem_messages"], self.exact_search_rows)
+                call.modes["mem_messages"], self.exact_search_rows, call.small.get("mem_messages"))
         return sig, rows_, ms(ev_start)
 
     def _graph(

@@ -39,7 +39,8 @@ def message_signals(
     (``message_keyword``): their signals and rows, in ``message_events``' shapes, from one
     statement (``message_lists``, ADR-0031)."""
     sig, rows, found = signals.message_lists(conn, call.agent_id, qvec, keyword_query(call), call.cfg,
-                                             call.floor, call.as_of, exact_rows)
+                                             call.floor, call.as_of, exact_rows,
+                                             call.small.get("mem_messages"))
     by_cosine = sorted(((mid, s["cosine"]) for mid, s in sig.items() if "cosine" in s),
                        key=lambda t: (-t[1], t[0]))
     call.lists["message_semantic"] = (EVENT, [mid for mid, _ in by_cosine])

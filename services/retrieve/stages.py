@@ -43,6 +43,8 @@ class Call:
     lists: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
     reranked: bool = False  # the LLM reranker scored this call's candidates
     subject_rows: list[tuple[Any, ...]] = field(default_factory=list)  # turns the subject sweep found
+    # table -> exact search (True) or HNSW (False) for this agent, ``size_gate``; None: decide in SQL
+    small: dict[str, bool | None] = field(default_factory=dict)
 
     def query_vector(self) -> str | None:
         """For the workers: the vector, or ``None`` if embedding failed (the main thread

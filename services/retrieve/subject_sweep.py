@@ -19,6 +19,7 @@ request's connection.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -171,6 +172,7 @@ def sweep(
     ef_search: int,
     per_session: int = 0,
     exact_rows: int = 0,
+    small: tuple[bool | None, bool | None] = (None, None),
     only_subject: bool = True,
 ) -> SweepOut:
     """The subject's facts (by entity) and turns (by speaker), nearest to ``qvec`` (the
@@ -187,7 +189,7 @@ def sweep(
     with batch(conn):
         set_hnsw(conn, max(ef_search, fetch))
         facts = conn.execute(
-            f"WITH {nearest_cte('mem_facts', 'f', 'fact_id', facts_where, exact_rows)}"
+            f"WITH {nearest_cte('mem_facts', 'f', 'fact_id', facts_where, exact_rows, small[0])}"
             # the day as text: a grouping key only, and a year-10000 edge date (an older
             # release's poisoned row) would not load as a Python date
             " SELECT nn.fact_id, (f.valid_from AT TIME ZONE 'UTC')::date::text FROM nn"
@@ -196,7 +198,7 @@ def sweep(
             params,
         )
         msgs = conn.execute(
-            f"WITH {nearest_cte('mem_messages', 'm', 'message_id', msgs_where, exact_rows)}"
+            f"WITH {nearest_cte('mem_messages', 'm', 'message_id', msgs_where, exact_rows, small[1])}"
             " SELECT nn.message_id, m.session_id FROM nn"
             " JOIN mem_messages m ON m.agent_id = %(a)s AND m.message_id = nn.message_id"
             " ORDER BY nn.d, nn.message_id",
@@ -221,6 +223,7 @@ def sweep_people(
     limit: int,
     ef_search: int,
     exact_rows: int = 0,
+    small: tuple[bool | None, bool | None] = (None, None),
 ) -> SweepOut:
     """Each named person's own facts and turns, nearest to the name-less question, the
     persons' lists interleaved (``fact_person`` / ``message_person``). Why: a question about
@@ -230,7 +233,7 @@ def sweep_people(
     per = [
         sweep(conn, agent_id, Subject((key,), names, subject.stripped_query), qvec, as_of=as_of,
               min_confidence=min_confidence, limit=limit, ef_search=ef_search, exact_rows=exact_rows,
-              only_subject=True)
+              small=small, only_subject=True)
         for key, names in subject.people
     ]
     return SweepOut(
@@ -275,33 +278,63 @@ def start(
     return subject, embed(subject.stripped_query)
 
 
-def finish(call: Call, conn: Any, started: Started | None, qvec: str | None, exact_rows: int) -> list[str]:
-    """Run the sweep: fills ``call.lists`` (``fact_subject``, ``message_subject``) and
-    ``call.subject_rows`` (rows of the swept turns, cosine to the whole question ``qvec``);
-    returns the swept fact ids (to hydrate as candidates)."""
-    if started is None:
-        return []
+@dataclass
+class Swept:
+    """What ``run`` found, for ``apply`` to hand to the pipeline (``run`` may run on a database
+    worker: it never touches the call, so the request thread stays its only writer)."""
+
+    out: SweepOut = field(default_factory=SweepOut)
+    people: SweepOut = field(default_factory=SweepOut)
+    rows: list[tuple[Any, ...]] = field(default_factory=list)  # the swept turns' rows
+    embed_ms: float | None = None  # the name-less question's embedding, when it arrived
+    stage_ms: float | None = None  # the statements, when they ran
+    error: str | None = None  # the embedding's failure (fail-safe: no sweep)
+
+
+def run(call: Call, conn: Any, started: Started, qvec: str | None, exact_rows: int) -> Swept:
+    """The sweep's statements, once the name-less question's vector is there: the subject's
+    and the named persons' facts and turns, and the swept turns' rows (cosine to the whole
+    question ``qvec``). Reads the call, never writes it."""
     subject, f_vec = started
     try:
-        vec, call.trace.timings["embed_subject"] = f_vec.result()
+        vec, embed_ms = f_vec.result()
     except Exception as exc:  # fail-safe: no sweep, the other lists still answer
-        call.trace.note(subject_sweep_error=f"{type(exc).__name__}: {str(exc)[:200]}")
-        return []
+        return Swept(error=f"{type(exc).__name__}: {str(exc)[:200]}")
     cfg = call.cfg
+    begin = time.perf_counter()
     out, people = SweepOut(), SweepOut()
-    with call.trace.stage("subject_sweep"):
-        if enabled(cfg.rrf_weights, SWEEP_LISTS):
-            out = sweep(conn, call.agent_id, subject, vec, as_of=call.as_of, min_confidence=cfg.min_confidence,
-                        limit=cfg.candidate_pool, ef_search=cfg.hnsw_ef_search,
-                        per_session=cfg.subject_sweep_per_session, exact_rows=exact_rows,
-                        only_subject=cfg.subject_sweep_only_subject)
-        if enabled(cfg.rrf_weights, PERSON_LISTS) and (
-                cfg.person_sweep_scope == "any" or is_list_question(call.query)):
-            people = sweep_people(conn, call.agent_id, subject, vec, as_of=call.as_of,
-                                  min_confidence=cfg.min_confidence, limit=cfg.candidate_pool,
-                                  ef_search=cfg.hnsw_ef_search, exact_rows=exact_rows)
-        message_ids = list(dict.fromkeys(out.message_ids + people.message_ids))
-        call.subject_rows = message_rows(conn, call.agent_id, message_ids, qvec)
+    if enabled(cfg.rrf_weights, SWEEP_LISTS):
+        out = sweep(conn, call.agent_id, subject, vec, as_of=call.as_of, min_confidence=cfg.min_confidence,
+                    limit=cfg.candidate_pool, ef_search=cfg.hnsw_ef_search,
+                    per_session=cfg.subject_sweep_per_session, exact_rows=exact_rows,
+                    small=_small(call), only_subject=cfg.subject_sweep_only_subject)
+    if enabled(cfg.rrf_weights, PERSON_LISTS) and (
+            cfg.person_sweep_scope == "any" or is_list_question(call.query)):
+        people = sweep_people(conn, call.agent_id, subject, vec, as_of=call.as_of,
+                              min_confidence=cfg.min_confidence, limit=cfg.candidate_pool,
+                              ef_search=cfg.hnsw_ef_search, exact_rows=exact_rows, small=_small(call))
+    message_ids = list(dict.fromkeys(out.message_ids + people.message_ids))
+    rows = message_rows(conn, call.agent_id, message_ids, qvec)
+    return Swept(out, people, rows, embed_ms, (time.perf_counter() - begin) * 1000.0)
+
+
+def _small(call: Call) -> tuple[bool | None, bool | None]:
+    return call.small.get("mem_facts"), call.small.get("mem_messages")
+
+
+def apply(call: Call, swept: Swept) -> list[str]:
+    """Hand ``run``'s result to the call: ``call.lists`` (``fact_subject``,
+    ``message_subject``, ``fact_person``, ``message_person``), ``call.subject_rows`` and the
+    trace; returns the swept fact ids (to hydrate as candidates)."""
+    if swept.embed_ms is not None:
+        call.trace.timings["embed_subject"] = swept.embed_ms
+    if swept.error is not None:
+        call.trace.note(subject_sweep_error=swept.error)
+        return []
+    if swept.stage_ms is not None:
+        call.trace.timings["subject_sweep"] = swept.stage_ms
+    out, people = swept.out, swept.people
+    call.subject_rows = swept.rows
     call.lists["fact_subject"] = (FACT, out.fact_ids)
     call.lists["message_subject"] = (EVENT, out.message_ids)
     call.lists["fact_person"] = (FACT, people.fact_ids)
@@ -309,3 +342,10 @@ def finish(call: Call, conn: Any, started: Started | None, qvec: str | None, exa
     call.trace.count(subject_facts=len(out.fact_ids), subject_messages=len(out.message_ids),
                      person_facts=len(people.fact_ids), person_messages=len(people.message_ids))
     return list(dict.fromkeys(out.fact_ids + people.fact_ids))
+
+
+def finish(call: Call, conn: Any, started: Started | None, qvec: str | None, exact_rows: int) -> list[str]:
+    """``run`` then ``apply`` on the request's connection (no database workers)."""
+    if started is None:
+        return []
+    return apply(call, run(call, conn, started, qvec, exact_rows))

@@ -28,6 +28,7 @@ def message_events(
     as_of: datetime | None,
     mode: str = "ilike",
     exact_rows: int = 0,
+    small: bool | None = None,
 ) -> tuple[dict[str, dict[str, float]], list[tuple[Any, ...]]]:
     """Conversation candidates and their rows in ONE statement (one round trip, the HNSW
     settings pipelined with it): semantic nearest above the threshold ∪ keyword best, each
@@ -37,7 +38,7 @@ def message_events(
     sources: list[str] = []
     if qvec is not None:
         ctes.append(
-            nearest_cte("mem_messages", "m", "message_id", message_visibility(as_of), exact_rows)
+            nearest_cte("mem_messages", "m", "message_id", message_visibility(as_of), exact_rows, small)
             + ", sem AS (SELECT message_id, 1 - d AS cos FROM nn WHERE d <= %(maxd)s)"
         )
         sources.append("SELECT message_id FROM sem")
@@ -116,6 +117,7 @@ def message_lists(
     floor: float,
     as_of: datetime | None,
     exact_rows: int = 0,
+    small: bool | None = None,
 ) -> tuple[dict[str, dict[str, float]], list[tuple[Any, ...]], list[tuple[str, float]]]:
     """Rank fusion's two turn lists in ONE statement (ADR-0031): the nearest turns above the
     threshold (``message_events`` without keywords) and the BM25 best (``bm25_messages``,
@@ -125,7 +127,7 @@ def message_lists(
     nearest's by id, then those BM25 alone found, by id) and BM25's (id, score) best first."""
     limit = max(cfg.candidate_pool, cfg.topk_events * 4)
     if qvec is not None:
-        sem = (nearest_cte("mem_messages", "m", "message_id", message_visibility(as_of), exact_rows)
+        sem = (nearest_cte("mem_messages", "m", "message_id", message_visibility(as_of), exact_rows, small)
                + ", sem AS (SELECT message_id, 1 - d AS cos FROM nn WHERE d <= %(maxd)s)")
     else:
         sem = "sem AS (SELECT NULL::text AS message_id, NULL::float8 AS cos WHERE FALSE)"

@@ -24,15 +24,16 @@ def semantic_facts(
     floor: float,
     as_of: datetime | None,
     exact_rows: int = 0,
+    small: bool | None = None,
 ) -> list[tuple[str, float]]:
     """(fact_id, cosine) of the nearest facts above the similarity threshold, HNSW order
-    (exact below ``exact_rows`` rows of the agent, see ``nearest_cte``)."""
+    (exact below ``exact_rows`` rows of the agent, see ``nearest_cte``, or as ``small`` says)."""
     limit = cfg.candidate_pool
     where = f"{fact_visibility(as_of)} AND f.confidence >= %(minc)s"
     with batch(conn):  # the settings and the search travel in one round trip
         set_hnsw(conn, max(cfg.hnsw_ef_search, limit))
         cur = conn.execute(
-            f"WITH {nearest_cte('mem_facts', 'f', 'fact_id', where, exact_rows)}"
+            f"WITH {nearest_cte('mem_facts', 'f', 'fact_id', where, exact_rows, small)}"
             " SELECT fact_id, 1 - d FROM nn WHERE d <= %(maxd)s ORDER BY d, fact_id",
             {
                 "q": qvec,
