@@ -37,15 +37,21 @@ def fact_visibility(as_of: datetime | None, alias: str = "f") -> str:
 
 def message_visibility(as_of: datetime | None, alias: str = "m") -> str:
     """Turns retrieval may show: not hidden by a retraction of a fact they sourced, nor by
-    "forget the agent" (ADR-0016) — as of ``t``, only what was hidden by ``t`` counts."""
+    "forget the agent" (ADR-0016) — as of ``t``, only what was hidden by ``t`` counts.
+
+    Written for the agent of ``%(a)s`` (every caller filters ``{alias}.agent_id = %(a)s``): the
+    hidden turns as one hashed list and the latest "forget" as one value, each read once per
+    statement, instead of two correlated ``NOT EXISTS`` probes per candidate row (~15 % of the
+    turns' statement at 100k, ADR-0038). Same rows: ``message_id`` is never NULL, and a turn
+    without ``recorded_at`` stays visible as before."""
     m = alias
     by_t = "" if as_of is None else " AND h.hidden_at <= %(t)s"
     forgotten_by_t = "" if as_of is None else " AND g.forgotten_at <= %(t)s"
     hidden = (
-        f"NOT EXISTS (SELECT 1 FROM mem_hidden_messages h WHERE h.agent_id = {m}.agent_id "
-        f"AND h.message_id = {m}.message_id{by_t}) "
-        f"AND NOT EXISTS (SELECT 1 FROM mem_forgotten g WHERE g.agent_id = {m}.agent_id "
-        f"AND g.forgotten_at >= {m}.recorded_at{forgotten_by_t})"
+        f"{m}.message_id NOT IN (SELECT h.message_id FROM mem_hidden_messages h"
+        f" WHERE h.agent_id = %(a)s{by_t}) "
+        f"AND coalesce({m}.recorded_at > (SELECT max(g.forgotten_at) FROM mem_forgotten g"
+        f" WHERE g.agent_id = %(a)s{forgotten_by_t}), true)"
     )
     if as_of is None:
         return hidden
