@@ -160,6 +160,10 @@ class SweepOut:
     message_ids: list[str] = field(default_factory=list)
 
 
+_DAY = ", (f.valid_from AT TIME ZONE 'UTC')::date::text AS day"
+_SESSION = ", m.session_id AS session_id"
+
+
 def sweep(
     conn: Any,
     agent_id: str,
@@ -189,19 +193,16 @@ def sweep(
     with batch(conn):
         set_hnsw(conn, max(ef_search, fetch))
         facts = conn.execute(
-            f"WITH {nearest_cte('mem_facts', 'f', 'fact_id', facts_where, exact_rows, small[0])}"
             # the day as text: a grouping key only, and a year-10000 edge date (an older
-            # release's poisoned row) would not load as a Python date
-            " SELECT nn.fact_id, (f.valid_from AT TIME ZONE 'UTC')::date::text FROM nn"
-            " JOIN mem_facts f ON f.agent_id = %(a)s AND f.fact_id = nn.fact_id"
-            " ORDER BY nn.d, nn.fact_id",
+            # release's poisoned row) would not load as a Python date; read with the nearest
+            # rows themselves, not by a second lookup (ADR-0038)
+            f"WITH {nearest_cte('mem_facts', 'f', 'fact_id', facts_where, exact_rows, small[0], _DAY)}"
+            " SELECT nn.fact_id, nn.day FROM nn ORDER BY nn.d, nn.fact_id",
             params,
         )
         msgs = conn.execute(
-            f"WITH {nearest_cte('mem_messages', 'm', 'message_id', msgs_where, exact_rows, small[1])}"
-            " SELECT nn.message_id, m.session_id FROM nn"
-            " JOIN mem_messages m ON m.agent_id = %(a)s AND m.message_id = nn.message_id"
-            " ORDER BY nn.d, nn.message_id",
+            f"WITH {nearest_cte('mem_messages', 'm', 'message_id', msgs_where, exact_rows, small[1], _SESSION)}"
+            " SELECT nn.message_id, nn.session_id FROM nn ORDER BY nn.d, nn.message_id",
             params,
         )
     fact_rows = facts.fetchall()

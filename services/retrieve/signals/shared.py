@@ -131,7 +131,7 @@ def batch(conn: Any) -> Iterator[None]:
 
 
 def nearest_cte(table: str, alias: str, id_col: str, where: str, exact_rows: int,
-                small: bool | None = None) -> str:
+                small: bool | None = None, extra: str = "") -> str:
     """``nn AS MATERIALIZED (…)``: the ``LIMIT %(n)s`` nearest rows of the agent, (id, d).
 
     ``exact_rows > 0`` adds an exact branch (ORDER BY the distance over the agent's rows via
@@ -142,14 +142,15 @@ def nearest_cte(table: str, alias: str, id_col: str, where: str, exact_rows: int
     which the approximate search only estimates, so it can change the candidate set.
     ``small`` is that count's verdict when the caller already knows it (``size_gate``): the
     statement is then the one branch the count would have chosen, without the count
-    (~2 ms per statement at 100k rows, ADR-0038)."""
+    (~2 ms per statement at 100k rows, ADR-0038). ``extra``: more output columns of the same
+    row (``, expr AS name``), so a caller needs no second lookup of the rows it found."""
     a = alias
-    hnsw = (f"SELECT {a}.{id_col}, {a}.embedding <=> %(q)s::vector AS d FROM {table} {a}"
+    hnsw = (f"SELECT {a}.{id_col}, {a}.embedding <=> %(q)s::vector AS d{extra} FROM {table} {a}"
             f" WHERE {{gate}}{a}.agent_id = %(a)s AND {where} AND {a}.embedding IS NOT NULL"
             f" ORDER BY {a}.embedding <=> %(q)s::vector LIMIT %(n)s")
     if exact_rows <= 0 or small is False:
         return f"nn AS MATERIALIZED ({hnsw.format(gate='')})"
-    exact = (f"SELECT {a}.{id_col}, {a}.embedding <=> %(q)s::vector AS d FROM {table} {a}"
+    exact = (f"SELECT {a}.{id_col}, {a}.embedding <=> %(q)s::vector AS d{extra} FROM {table} {a}"
              f" WHERE {{gate}}{a}.agent_id = %(a)s AND {where} AND {a}.embedding IS NOT NULL"
              f" ORDER BY ({a}.embedding <=> %(q)s::vector) + 0, {a}.{id_col} LIMIT %(n)s")
     if small is True:
