@@ -28,7 +28,7 @@ from engramdb.infra.providers.scripted import HashEmbedder
 from engramdb.projections.log_stream import LogStream
 from engramdb.projections.positions import _conninfo
 from engramdb.projections.read_models import select
-from engramdb.projections.rebuild import _fold
+from engramdb.projections.rebuild import GROUP_EVENTS, fold_and_load, pipeline_group_events
 from engramdb.projections.shadow import ShadowLoad
 from engramdb.services.app import MemoryApplication
 
@@ -44,19 +44,9 @@ def _child(env: dict[str, str], group_events: int, out: Any) -> None:
                    for rm in models}
         try:
             stream = LogStream(app, conninfo, position)
-            plan = stream.plan(group_events)
-            started = time.perf_counter()
-            read = 0.0
-            events = 0
-            for key_bytes in plan:
-                t = time.perf_counter()
-                folds = {rm.name: rm.fold() for rm in models}
-                events += _fold(stream, folds, key_bytes, None)
-                read += time.perf_counter() - t
-                for rm in models:
-                    shadows[rm.name].load(folds.pop(rm.name).rows)
-                del folds
-            total = time.perf_counter() - started
+            plan = stream.plan(pipeline_group_events(position, group_events))
+            loaded = fold_and_load(stream, plan, models, shadows, lambda folds: None)
+            events, read, total = loaded.events, loaded.fold_seconds, loaded.seconds
         finally:
             for shadow in shadows.values():
                 shadow.close()  # rolled back
@@ -81,7 +71,7 @@ def run(env: dict[str, str], group_events: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--facts", type=int, default=1_000_000)
-    parser.add_argument("--group-events", type=int, nargs="+", default=[100_000])
+    parser.add_argument("--group-events", type=int, nargs="+", default=[GROUP_EVENTS])
     args = parser.parse_args()
     with bench_schema("bench_rbm") as (_, env):
         app = MemoryApplication({**env, "IS_SNAPSHOTTING_ENABLED": "n"})
