@@ -165,7 +165,8 @@ class _Blocks(Writer):
         self.blocks: list[bytes] = []
 
     def write(self, data: Any) -> None:
-        self.blocks.append(bytes(data))
+        # the formatter hands over its buffer and starts a new one: kept as is, not copied
+        self.blocks.append(data)
 
 
 def copy_statement(schema: str, table: Table, freeze: bool = False) -> tuple[sql.Composed,
