@@ -39,8 +39,7 @@ from engramdb.infra.pgsql import set_search_path
 from engramdb.projections.embeddings import CountingEmbedder, fill_cache_outside_transactions
 from engramdb.projections.log_stream import PAGE_SIZE, LogStream
 from engramdb.projections.positions import APPLICATION_NAME, _conninfo
-from engramdb.projections.read_model import BulkFold, datastore_factory
-from engramdb.projections.read_model import ReadModel
+from engramdb.projections.read_model import BulkFold, ReadModel, datastore_factory
 from engramdb.projections.read_models import select
 from engramdb.projections.shadow import Prepared, ShadowBuild, ShadowLoad, drop_shadow
 from engramdb.projections.swap import ShadowCatchUp, swap_in
