@@ -10,7 +10,8 @@ projector costs a transaction per batch; bulk mode instead:
    vector is never paid twice; a warm cache means zero embedder calls);
 3. **loads** each read model into a private shadow schema (``projections.shadow``): binary COPY,
    vectors copied from the cache byte for byte, keys and indexes — HNSW last — built after the
-   load;
+   load; the log is folded in groups of agents (ADR-0032), and the COPY of one group runs on a
+   loader thread while the next group is folded (``fold_and_load``, ADR-0036);
 4. **swaps** it in (``projections.swap``): catches the shadow up with events appended meanwhile
    (applied by the model's own view, exactly once), then, under the live tracking table's lock,
    drops the live tables and moves the shadow's in, in one short transaction.
