@@ -28,12 +28,12 @@ from engramdb.infra.providers.scripted import HashEmbedder
 from engramdb.projections.log_stream import LogStream
 from engramdb.projections.positions import _conninfo
 from engramdb.projections.read_models import select
-from engramdb.projections.rebuild import _fold
+from engramdb.projections.rebuild import GROUP_EVENTS, fold_and_load, pipeline_group_events
 from engramdb.projections.shadow import ShadowLoad
 from engramdb.services.app import MemoryApplication
 
 
-def _child(env: dict[str, str], group_events: int, out: Any) -> None:
+def _child(env: dict[str, str], group_events: int, out: Any, overlap: bool = True) -> None:
     app = MemoryApplication(env)
     try:
         position = app.recorder.max_notification_id() or 0
@@ -44,33 +44,24 @@ def _child(env: dict[str, str], group_events: int, out: Any) -> None:
                    for rm in models}
         try:
             stream = LogStream(app, conninfo, position)
-            plan = stream.plan(group_events)
-            started = time.perf_counter()
-            read = 0.0
-            events = 0
-            for key_bytes in plan:
-                t = time.perf_counter()
-                folds = {rm.name: rm.fold() for rm in models}
-                events += _fold(stream, folds, key_bytes, None)
-                read += time.perf_counter() - t
-                for rm in models:
-                    shadows[rm.name].load(folds.pop(rm.name).rows)
-                del folds
-            total = time.perf_counter() - started
+            plan = stream.plan(pipeline_group_events(position, group_events))
+            loaded = fold_and_load(stream, plan, models, shadows, lambda folds: None,
+                                   overlap=overlap)
+            events, read, total = loaded.events, loaded.fold_seconds, loaded.seconds
         finally:
             for shadow in shadows.values():
                 shadow.close()  # rolled back
     finally:
         app.close()
-    out.send({"group_events": group_events, "groups": len(plan), "events": events,
+    out.send({"group_events": group_events, "overlap": overlap, "groups": len(plan), "events": events,
               "read_fold_s": read, "fold_load_s": total,
               "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
 
 
-def run(env: dict[str, str], group_events: int) -> dict[str, Any]:
+def run(env: dict[str, str], group_events: int, overlap: bool = True) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(env, group_events, child))
+    proc = ctx.Process(target=_child, args=(env, group_events, child, overlap))
     proc.start()
     child.close()
     result: dict[str, Any] = parent.recv()
@@ -81,7 +72,9 @@ def run(env: dict[str, str], group_events: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--facts", type=int, default=1_000_000)
-    parser.add_argument("--group-events", type=int, nargs="+", default=[100_000])
+    parser.add_argument("--group-events", type=int, nargs="+", default=[GROUP_EVENTS])
+    parser.add_argument("--serial", action="store_true",
+                        help="also run each with the overlap off (ADR-0036), alternated")
     args = parser.parse_args()
     with bench_schema("bench_rbm") as (_, env):
         app = MemoryApplication({**env, "IS_SNAPSHOTTING_ENABLED": "n"})
@@ -90,12 +83,14 @@ def main() -> None:
         app.close()
         print(f"generated {n} facts in {time.perf_counter() - t:.1f}s", flush=True)
         for group_events in args.group_events:
-            r = run(env, group_events)
-            print(f"group_events {r['group_events']:,} ({r['groups']} groups): {r['events']:,} "
-                  f"events, read+fold {r['read_fold_s']:.1f}s "
-                  f"({r['events'] / r['read_fold_s']:,.0f} ev/s), fold+load "
-                  f"{r['fold_load_s']:.1f}s ({r['events'] / r['fold_load_s']:,.0f} ev/s), "
-                  f"peak RSS {r['peak_rss_mb']:.0f} MiB", flush=True)
+            for overlap in (True, False) if args.serial else (True,):
+                r = run(env, group_events, overlap)
+                print(f"group_events {r['group_events']:,} ({r['groups']} groups, overlap "
+                      f"{'on' if overlap else 'off'}): {r['events']:,} events, read+fold "
+                      f"{r['read_fold_s']:.1f}s ({r['events'] / r['read_fold_s']:,.0f} ev/s), "
+                      f"fold+load {r['fold_load_s']:.1f}s "
+                      f"({r['events'] / r['fold_load_s']:,.0f} ev/s), "
+                      f"peak RSS {r['peak_rss_mb']:.0f} MiB", flush=True)
 
 
 if __name__ == "__main__":

@@ -23,8 +23,9 @@ from itertools import islice
 from typing import Any
 
 import psycopg
-from psycopg import sql
+from psycopg import Copy, sql
 from psycopg.adapt import Dumper, Loader
+from psycopg.copy import Writer
 from psycopg.pq import Format
 
 from engramdb.projections.embeddings import text_hash
@@ -157,6 +158,66 @@ def _chunks(rows: Iterable[tuple[Any, ...]], size: int) -> Iterator[list[tuple[A
         yield chunk
 
 
+class _Blocks(Writer):
+    """A COPY ``Writer`` that keeps the formatted data instead of sending it."""
+
+    def __init__(self) -> None:
+        self.blocks: list[bytes] = []
+
+    def write(self, data: Any) -> None:
+        # the formatter hands over its buffer and starts a new one: kept as is, not copied
+        self.blocks.append(data)
+
+
+def copy_statement(schema: str, table: Table, freeze: bool = False) -> tuple[sql.Composed,
+                                                                             list[str]]:
+    """The binary ``COPY … FROM STDIN`` of ``table`` and its columns (an embedded table's
+    vector last)."""
+    columns = list(table.row_columns) + ([EMBEDDING] if table.embedded_text is not None else [])
+    statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY{})").format(
+        sql.Identifier(schema, table.name),
+        sql.SQL(", ").join(sql.Identifier(c) for c in columns),
+        sql.SQL(", FREEZE" if freeze else ""),
+    )
+    return statement, columns
+
+
+def format_rows(
+    conn: psycopg.Connection[Any],
+    cache: psycopg.Connection[Any] | None,
+    table: Table,
+    oids: list[int],
+    rows: Iterable[tuple[Any, ...]],
+    model_id: str,
+) -> tuple[list[bytes], int]:
+    """``rows`` in PostgreSQL's binary COPY format (signature and trailer included), with
+    ``conn``'s dumpers but without using ``conn`` (it may be in a COPY on another thread):
+    the blocks ``send_blocks`` writes. An embedded table's rows get their cached vector (NULL
+    if the cache lacks it, as the SQL join gave), looked up on ``cache``. Returns the blocks and
+    the number of rows."""
+    writer = _Blocks()
+    count = 0
+    with Copy(conn.cursor(), binary=True, writer=writer) as copy:
+        copy.set_types(oids)
+        if table.embedded_text is None:
+            for row in rows:
+                copy.write_row(row)
+                count += 1
+        else:
+            assert cache is not None
+            count = _write_embedded(copy, cache, table, rows, model_id)
+    return writer.blocks, count
+
+
+def send_blocks(conn: psycopg.Connection[Any], statement: sql.Composed,
+                blocks: Iterable[bytes]) -> None:
+    """COPY pre-formatted binary blocks (``format_rows``): no Python per row, so a thread
+    sending them holds the GIL only between socket writes."""
+    with conn.cursor() as curs, curs.copy(statement) as copy:
+        for block in blocks:
+            copy.write(block)
+
+
 def copy_rows(
     conn: psycopg.Connection[Any],
     cache: psycopg.Connection[Any] | None,
@@ -170,40 +231,41 @@ def copy_rows(
     table's rows get their cached vector (NULL if the cache lacks it, as the SQL join gave).
     ``freeze``: the table was created in this transaction (rows land frozen: no later
     hint-bit writes or anti-wraparound vacuum). Returns the number of rows."""
-    embedded = table.embedded_text is not None
-    columns = list(table.row_columns) + ([EMBEDDING] if embedded else [])
+    statement, columns = copy_statement(schema, table, freeze)
     oids = column_oids(conn, schema, table.name, columns)
-    statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY{})").format(
-        sql.Identifier(schema, table.name),
-        sql.SQL(", ").join(sql.Identifier(c) for c in columns),
-        sql.SQL(", FREEZE" if freeze else ""),
-    )
-    count = 0
     with conn.cursor() as curs, curs.copy(statement) as copy:
         copy.set_types(oids)
-        if not embedded:
+        if table.embedded_text is None:
+            count = 0
             for row in rows:
                 copy.write_row(row)
                 count += 1
             return count
         assert cache is not None
-        text_of = table.python_embedded_text
+        return _write_embedded(copy, cache, table, rows, model_id)
 
-        def hashed(chunk: list[tuple[Any, ...]]) -> tuple[list[tuple[Any, ...]], list[str]]:
-            return chunk, [text_hash(text_of(row)) for row in chunk]
 
-        # the next chunk's vectors are fetched by a thread while this one is written: the
-        # lookup waits on the cache connection's socket (GIL released), the COPY on its own
-        with ThreadPoolExecutor(1, thread_name_prefix="rebuild-vectors") as pool:
-            chunks = map(hashed, _chunks(rows, CHUNK))
-            pending = None
-            for chunk, hashes in chunks:
-                ahead = pool.submit(cached_vectors, cache, model_id, hashes)
-                if pending is not None:
-                    count += _write_chunk(copy, *pending)
-                pending = (chunk, hashes, ahead)
+def _write_embedded(copy: Any, cache: psycopg.Connection[Any], table: Table,
+                    rows: Iterable[tuple[Any, ...]], model_id: str) -> int:
+    """Write ``rows`` with their cached vectors, chunk by chunk."""
+    count = 0
+    text_of = table.python_embedded_text
+
+    def hashed(chunk: list[tuple[Any, ...]]) -> tuple[list[tuple[Any, ...]], list[str]]:
+        return chunk, [text_hash(text_of(row)) for row in chunk]
+
+    # the next chunk's vectors are fetched by a thread while this one is written: the
+    # lookup waits on the cache connection's socket (GIL released), the COPY on its own
+    with ThreadPoolExecutor(1, thread_name_prefix="rebuild-vectors") as pool:
+        chunks = map(hashed, _chunks(rows, CHUNK))
+        pending = None
+        for chunk, hashes in chunks:
+            ahead = pool.submit(cached_vectors, cache, model_id, hashes)
             if pending is not None:
                 count += _write_chunk(copy, *pending)
+            pending = (chunk, hashes, ahead)
+        if pending is not None:
+            count += _write_chunk(copy, *pending)
     return count
 
 

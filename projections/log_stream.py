@@ -11,7 +11,8 @@ read model (≈ 2 MB per 1,000 facts). Every event of an agent — its ``AgentMe
 ``AgentJobs`` events and its message records — is encrypted under the agent's key, whose id
 (the agent aggregate's id) is stored in clear in the state's header (``infra.crypto_mapper``).
 A rebuild counts the events per last byte of that id (one SQL scan) and packs the bytes into
-groups of about 100,000 events (``LogStream.plan``); PostgreSQL filters on the same byte, so a
+groups of a given size (``LogStream.plan``; the rebuild's: at most 50,000 events, at least
+four groups per log, ADR-0036); PostgreSQL filters on the same byte, so a
 pass receives only its group's events (and every clear event: those are rare — written before
 encryption, or the ``Erased`` marker — and attributed here after decoding). Agents never share a row, so the folds of disjoint groups are disjoint parts of the read model:
 a rebuild folds and loads one group, frees it, and reads the next, and memory is bounded by

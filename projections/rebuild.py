@@ -10,7 +10,8 @@ projector costs a transaction per batch; bulk mode instead:
    vector is never paid twice; a warm cache means zero embedder calls);
 3. **loads** each read model into a private shadow schema (``projections.shadow``): binary COPY,
    vectors copied from the cache byte for byte, keys and indexes — HNSW last — built after the
-   load;
+   load; the log is folded in groups of agents (ADR-0032), and the COPY of one group runs on a
+   loader thread while the next group is folded (``fold_and_load``, ADR-0036);
 4. **swaps** it in (``projections.swap``): catches the shadow up with events appended meanwhile
    (applied by the model's own view, exactly once), then, under the live tracking table's lock,
    drops the live tables and moves the shadow's in, in one short transaction.
@@ -24,7 +25,9 @@ commits, then the new one — never an empty or half-built one. One rebuild per 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -37,13 +40,15 @@ from engramdb.infra.pgsql import set_search_path
 from engramdb.projections.embeddings import CountingEmbedder, fill_cache_outside_transactions
 from engramdb.projections.log_stream import PAGE_SIZE, LogStream
 from engramdb.projections.positions import APPLICATION_NAME, _conninfo
-from engramdb.projections.read_model import BulkFold, datastore_factory
+from engramdb.projections.read_model import BulkFold, ReadModel, datastore_factory
 from engramdb.projections.read_models import select
-from engramdb.projections.shadow import ShadowBuild, ShadowLoad, drop_shadow
+from engramdb.projections.shadow import Prepared, ShadowBuild, ShadowLoad, drop_shadow
 from engramdb.projections.swap import ShadowCatchUp, swap_in
 from engramdb.projections.tables import EMBEDDING_CACHE_DDL, READ_MODEL_META_DDL
 
-GROUP_EVENTS = 100_000  # events per group of agents folded and loaded at once (ADR-0032)
+GROUP_EVENTS = 50_000  # at most this many events per group of agents (ADR-0032, ADR-0036)
+PIPELINE_GROUPS = 4  # a log is cut in at least this many groups, so folds overlap loads
+MIN_GROUP_EVENTS = 5_000  # ... unless they would be smaller than this (one pass)
 
 
 class RebuildReport(BaseModel):
@@ -55,12 +60,15 @@ class RebuildReport(BaseModel):
     embed_calls: int
     texts_embedded: int
     rows: dict[str, int]
-    read_seconds: float  # read + decode + fold
+    read_seconds: float  # read + decode + fold (overlapped with the previous group's load)
     embed_seconds: float
-    write_seconds: float  # everything after embedding: load, indexes, catch-up, swap
+    write_seconds: float  # everything but read+fold+load and embedding: indexes, swap...
     index_seconds: float  # HNSW builds
     embedding_model: str
-    load_seconds: float = 0.0  # binary COPY into the shadow tables
+    load_seconds: float = 0.0  # binary COPY into the shadow tables (+ create, ANALYZE)
+    # wall time of read+fold+load: fold of one group overlaps the COPY of the previous one
+    # (ADR-0036), so it is less than read + load; 0 = not measured (an older report)
+    fold_load_seconds: float = 0.0
     key_index_seconds: float = 0.0  # primary keys, btree and GIN indexes
     catch_up_events: int = 0  # appended during the rebuild, applied to the shadow
     swap_seconds: float = 0.0  # the swap transactions (projector paused: tracking lock)
@@ -68,8 +76,9 @@ class RebuildReport(BaseModel):
 
     @property
     def fold_load_events_per_sec(self) -> float:
-        """Events per second of read+fold+load (embedding and index builds excluded)."""
-        busy = self.read_seconds + self.load_seconds
+        """Events per second of read+fold+load, wall time (embedding and index builds
+        excluded)."""
+        busy = self.fold_load_seconds or self.read_seconds + self.load_seconds
         return self.events / busy if busy > 0 else 0.0
 
 
@@ -93,7 +102,7 @@ def rebuild(
     read = embed = 0.0
     events = 0
     rows: dict[str, int] = {}
-    load = key_index = index = swap = blocked = 0.0
+    load = key_index = index = swap = blocked = fold_load = 0.0
     caught_up = 0
     try:
         with _rebuild_lock(conninfo, live):
@@ -106,29 +115,26 @@ def rebuild(
                     shadows[rm.name] = ShadowLoad(conninfo, live, rm, embedder.model_id,
                                                   embedder.dimensions, app.name, position)
                 stream = LogStream(app, conninfo, position or 0, page_size)
-                plan = stream.plan(group_events)
+                plan = stream.plan(pipeline_group_events(position or 0, group_events))
                 bar = _progress(progress, position)
-                for key_bytes in plan:  # fold one group of agents, load it, free it
-                    t = time.perf_counter()
-                    folds = {rm.name: rm.fold() for rm in read_models}
-                    if position is not None:
-                        events += _fold(stream, folds, key_bytes, bar)
-                    t1 = time.perf_counter()
-                    read += t1 - t
+
+                def fill(folds: dict[str, BulkFold]) -> None:
                     fresh = sum(_fill_embeddings(env, name, live, counting, folds[name])
                                 for name in names)
                     if fresh:  # many fresh cache rows: give the planner statistics before the
                         _analyze_cache(conninfo, live)  # load's lookups (index, not seq scan)
-                    embed += time.perf_counter() - t1
-                    for rm in read_models:
-                        shadows[rm.name].load(folds.pop(rm.name).rows)
-                    del folds
+
+                loaded = fold_and_load(stream, plan, read_models, shadows, fill, bar,
+                                       fold=position is not None)
+                events, read, embed = loaded.events, loaded.fold_seconds, loaded.fill_seconds
+                fold_load = loaded.seconds - loaded.fill_seconds
                 if bar is not None:
                     bar.close()
                 for rm in read_models:
                     built = finish_shadow(shadows.pop(rm.name))
                     rows.update(built.rows)
                     load += built.load_seconds
+                    fold_load += built.load_seconds - built.copy_seconds  # create + ANALYZE
                     key_index += built.key_index_seconds
                     index += built.index_seconds
                     catch_up = ShadowCatchUp(app, env, rm, counting, live, built.schema, position)
@@ -159,10 +165,11 @@ def rebuild(
         rows=rows,
         read_seconds=read,
         embed_seconds=embed,
-        write_seconds=seconds - read - embed - load,
+        write_seconds=seconds - fold_load - embed,  # keys, indexes, catch-up, swap
         index_seconds=index,
         embedding_model=embedder.model_id,
         load_seconds=load,
+        fold_load_seconds=fold_load,
         key_index_seconds=key_index,
         catch_up_events=caught_up,
         swap_seconds=swap,
@@ -181,6 +188,90 @@ def _progress(progress: bool, position: int | None) -> Any:
     from tqdm import tqdm
 
     return tqdm(total=position, unit="ev", desc="rebuild")
+
+
+def pipeline_group_events(events: int, group_events: int) -> int:
+    """The group size for a log of ``events``: at most ``group_events`` (memory), and small
+    enough that the log is cut in ``PIPELINE_GROUPS`` groups — the first group's fold and the
+    last one's load are the only steps ``fold_and_load`` cannot overlap —, but never below
+    ``MIN_GROUP_EVENTS`` (each group is a pass over the log: a small log is read once)."""
+    if group_events <= 0:
+        return group_events
+    return min(group_events, max(MIN_GROUP_EVENTS, -(-events // PIPELINE_GROUPS)))
+
+
+@dataclass
+class FoldLoad:
+    """What ``fold_and_load`` did, in seconds of the calling thread (and wall time)."""
+
+    events: int = 0
+    groups: int = 0
+    fold_seconds: float = 0.0  # read + decode + fold (overlapped with the previous load)
+    wait_seconds: float = 0.0  # waiting for the previous group's load to finish
+    fill_seconds: float = 0.0  # embedding-cache fills (nothing else runs meanwhile)
+    seconds: float = 0.0  # wall time of the whole
+
+
+def fold_and_load(
+    stream: LogStream,
+    plan: Sequence[frozenset[int] | None],
+    read_models: Sequence[ReadModel],
+    shadows: dict[str, ShadowLoad],
+    fill: Callable[[dict[str, BulkFold]], None],
+    bar: Any = None,
+    fold: bool = True,
+    overlap: bool = True,
+) -> FoldLoad:
+    """Fold each group of agents of ``plan`` and load it into ``shadows``, the load of a group
+    overlapping the fold of the next (ADR-0036).
+
+    Why: a group's COPY is mostly PostgreSQL's work (generated ``tsvector`` columns, heap and
+    WAL writes of the vector rows) in its backend, on another core, while the fold is this
+    process's Python; one after the other they added up. A loader thread COPYs group *i*
+    (waiting on its socket with the GIL released) while this thread folds group *i + 1*.
+    Memory: at most two groups' rows — the one loading and the one folding — so groups are half
+    the size they were (``GROUP_EVENTS``). ``fill`` (the embedding cache, which the COPY reads)
+    runs for a group after the previous load finished and before its own starts: it overlaps
+    nothing, so ``seconds - fill_seconds`` is the wall time of read+fold+load alone.
+    ``overlap=False``: each load is waited for at once (the measurements' serial yardstick)."""
+    out = FoldLoad(groups=len(plan))
+    started = time.perf_counter()
+    with ThreadPoolExecutor(1, thread_name_prefix="rebuild-load") as loader:
+        loading: Future[None] | None = None
+        for key_bytes in plan:
+            t = time.perf_counter()
+            folds = {rm.name: rm.fold() for rm in read_models}
+            if fold:
+                out.events += _fold(stream, folds, key_bytes, bar)
+            t1 = time.perf_counter()
+            out.fold_seconds += t1 - t
+            if loading is not None:
+                loading.result()
+            t2 = time.perf_counter()
+            out.wait_seconds += t2 - t1
+            fill(folds)
+            out.fill_seconds += time.perf_counter() - t2
+            prepared = {rm.name: shadows[rm.name].prepare(folds.pop(rm.name).rows)
+                        for rm in read_models}
+            del folds  # the group's rows: freed, its COPY data kept until sent
+            loading = loader.submit(_send_group, shadows, prepared)
+            del prepared
+            if not overlap:
+                t = time.perf_counter()
+                loading.result()
+                out.wait_seconds += time.perf_counter() - t
+        if loading is not None:
+            t = time.perf_counter()
+            loading.result()
+            out.wait_seconds += time.perf_counter() - t
+    out.seconds = time.perf_counter() - started
+    return out
+
+
+def _send_group(shadows: dict[str, ShadowLoad], prepared: dict[str, list[Prepared]]) -> None:
+    """COPY one group's formatted rows (the loader thread)."""
+    for name in list(prepared):
+        shadows[name].send(prepared.pop(name))
 
 
 def _fold(stream: LogStream, folds: dict[str, BulkFold], key_bytes: frozenset[int] | None,

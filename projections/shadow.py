@@ -28,7 +28,14 @@ import psycopg
 from psycopg import sql
 
 from engramdb.infra.pgsql import set_search_path
-from engramdb.projections.bulk_copy import copy_rows, register_flat_arrays, register_raw_vectors
+from engramdb.projections.bulk_copy import (
+    column_oids,
+    copy_statement,
+    format_rows,
+    register_flat_arrays,
+    register_raw_vectors,
+    send_blocks,
+)
 from engramdb.projections.read_model import _DDL_LOCK_KEY, ReadModel
 from engramdb.projections.tables import EMBEDDING_CACHE_DDL, READ_MODEL_META_DDL
 
@@ -60,10 +67,21 @@ def tracking_ddl(schema: str, table: str) -> sql.Composed:
 
 
 @dataclass
+class Prepared:
+    """One table's rows of one group, formatted for COPY (``ShadowLoad.prepare``)."""
+
+    table: str
+    statement: sql.Composed
+    blocks: list[bytes]
+    rows: int
+
+
+@dataclass
 class ShadowBuild:
     schema: str
     rows: dict[str, int] = field(default_factory=dict)
-    load_seconds: float = 0.0
+    load_seconds: float = 0.0  # create + COPY + ANALYZE
+    copy_seconds: float = 0.0  # of which the COPYs: rows formatted + sent (``ShadowLoad.load``)
     key_index_seconds: float = 0.0  # primary keys, btree and GIN indexes
     index_seconds: float = 0.0  # HNSW
 
@@ -79,6 +97,9 @@ class ShadowLoad:
         self.shadow = shadow_schema(live, rm.name)
         self.live = live
         self.out = ShadowBuild(self.shadow, rows={t.name: 0 for t in rm.tables})
+        self.copies: dict[str, tuple[sql.Composed, list[int]]] = {}  # statement, column oids
+        self.prepare_seconds = 0.0  # formatting rows (the folding thread)
+        self.send_seconds = 0.0  # sending them (the loader thread, ``fold_and_load``)
         started = time.perf_counter()
         self.conn: Any = psycopg.connect(conninfo)
         self.cache: Any = psycopg.connect(conninfo, autocommit=True)
@@ -114,6 +135,8 @@ class ShadowLoad:
         conn.execute(shadow_search_path(shadow, live))
         for table in rm.tables:
             conn.execute(table.create_sql(dimensions, primary_key=False))
+            copy, columns = copy_statement(shadow, table, freeze=True)
+            self.copies[table.name] = (copy, column_oids(conn, shadow, table.name, columns))
         if rm.projected:
             tracking = f"{rm.name}_tracking"
             conn.execute(tracking_ddl(shadow, tracking))
@@ -126,16 +149,36 @@ class ShadowLoad:
 
     def load(self, rows: Callable[[str], Iterable[tuple[Any, ...]]]) -> None:
         """COPY ``rows(table)`` of every table (one group's, or all of them)."""
+        self.send(self.prepare(rows))
+
+    def prepare(self, rows: Callable[[str], Iterable[tuple[Any, ...]]]) -> list[Prepared]:
+        """``rows(table)`` of every table in binary COPY format, vectors from the cache, ready
+        for ``send`` (which may run on another thread while this one folds on, ADR-0036)."""
         started = time.perf_counter()
+        out = []
         for table in self.rm.tables:
-            self.out.rows[table.name] += copy_rows(
-                self.conn, self.cache, self.shadow, table, rows(table.name), self.model_id,
-                freeze=True)
-        self.out.load_seconds += time.perf_counter() - started
+            statement, oids = self.copies[table.name]
+            blocks, count = format_rows(self.conn, self.cache, table, oids, rows(table.name),
+                                        self.model_id)
+            out.append(Prepared(table.name, statement, blocks, count))
+        self.prepare_seconds += time.perf_counter() - started
+        return out
+
+    def send(self, prepared: list[Prepared]) -> None:
+        """COPY what ``prepare`` formatted (``FREEZE``: the tables were created in this
+        transaction), freeing each table's blocks once sent."""
+        started = time.perf_counter()
+        while prepared:
+            copy = prepared.pop(0)
+            send_blocks(self.conn, copy.statement, copy.blocks)
+            self.out.rows[copy.table] += copy.rows
+        self.send_seconds += time.perf_counter() - started
 
     def finish(self) -> ShadowBuild:
         """Commit the load, then ``ANALYZE``, keys, secondary indexes, HNSW last."""
         conn, rm, shadow, live, out = self.conn, self.rm, self.shadow, self.live, self.out
+        out.copy_seconds = self.prepare_seconds + self.send_seconds
+        out.load_seconds += out.copy_seconds
         try:
             started = time.perf_counter()
             conn.commit()

@@ -164,7 +164,7 @@ def merge_rebuilds(reports: Sequence[RebuildReport]) -> RebuildReport:
         "index_seconds": sum(r.index_seconds for r in reports),
         **{field: sum(getattr(r, field) for r in reports) for field in (  # ADR-0027
             "load_seconds", "key_index_seconds", "catch_up_events", "swap_seconds",
-            "blocked_seconds")},
+            "blocked_seconds", "fold_load_seconds")},  # ADR-0036
     })
 
 
