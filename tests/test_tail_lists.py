@@ -103,6 +103,13 @@ def test_the_neighbour_list_brings_the_turn_said_after_a_found_turn(
     wider = retriever.retrieve(agent_id, query, config_overrides={**on_cfg, "neighbour_span": 2})
     assert {e.message_id: e.scores.get("rank_message_neighbour") for e in wider.events}.get("m_far") == 3.0
     assert "tail_lists" not in off.trace.get("timings_ms", {})
+    # a hidden turn (the source of a retracted fact, ADR-0016) is never a neighbour: the next
+    # visible turn takes its place
+    s._exec("INSERT INTO mem_hidden_messages (agent_id, message_id, hidden_at, fact_id) VALUES (%s, %s, %s, %s)",
+            (agent_id, "m_next", T0, "f_gone"))
+    hidden = retriever.retrieve(agent_id, query, config_overrides=on_cfg)
+    ranks_h = {e.message_id: e.scores.get("rank_message_neighbour") for e in hidden.events}
+    assert "m_next" not in ranks_h and ranks_h.get("m_far") == 2.0
 
 
 def test_dense_feedback_brings_a_fact_that_shares_words_only_with_the_fused_top(

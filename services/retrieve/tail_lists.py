@@ -138,26 +138,30 @@ def feedback(
 def neighbour_pairs(
     conn: Any, agent_id: str, anchors: Sequence[str], span: int, as_of: Any
 ) -> list[tuple[str, str, int]]:
-    """(anchor, neighbour, offset) for every visible turn at most ``span`` turns from an anchor
-    in the anchor's session, turns ordered as said (``occurred_at``, then as recorded)."""
+    """(anchor, neighbour, offset) for the ``span`` visible turns said just before (offset −1,
+    −2, …) and just after (1, 2, …) each anchor in the anchor's session, turns ordered as said
+    (``occurred_at``, then as recorded, then by id). Each side is a short walk of the
+    ``(agent_id, occurred_at)`` index from the anchor's time (a LATERAL ``LIMIT span``), so
+    the cost follows the anchors, not the agent's size."""
     if not anchors or span <= 0:
         return []
+    visible = message_visibility(as_of, "n")
+    side = """
+        SELECT a.message_id, x.message_id, {sign} * x.k
+          FROM a, LATERAL (
+            SELECT n.message_id, row_number() OVER (ORDER BY n.occurred_at {o}, n.recorded_at {o}, n.message_id {o}) AS k
+              FROM mem_messages n
+             WHERE n.agent_id = %(a)s AND n.session_id = a.session_id
+               AND (n.occurred_at, n.recorded_at, n.message_id) {cmp} (a.occurred_at, a.recorded_at, a.message_id)
+               AND {visible}
+             ORDER BY n.occurred_at {o}, n.recorded_at {o}, n.message_id {o}
+             LIMIT %(span)s) x"""
     rows = conn.execute(
-        f"""
-        WITH s AS (SELECT DISTINCT m.session_id FROM mem_messages m
-                    WHERE m.agent_id = %(a)s AND m.message_id = ANY(%(ids)s) AND m.session_id IS NOT NULL),
-             o AS (SELECT m.message_id, m.session_id,
-                          row_number() OVER (PARTITION BY m.session_id
-                                             ORDER BY m.occurred_at, m.recorded_at, m.message_id) AS pos
-                     FROM mem_messages m
-                    WHERE m.agent_id = %(a)s AND m.session_id IN (SELECT session_id FROM s))
-        SELECT a.message_id, n.message_id, (n.pos - a.pos)::int
-          FROM o a
-          JOIN o n ON n.session_id = a.session_id AND n.pos <> a.pos
-                  AND n.pos BETWEEN a.pos - %(span)s AND a.pos + %(span)s
-          JOIN mem_messages m ON m.agent_id = %(a)s AND m.message_id = n.message_id
-         WHERE a.message_id = ANY(%(ids)s) AND {message_visibility(as_of)}
-        """,
+        "WITH a AS MATERIALIZED (SELECT m.message_id, m.session_id, m.occurred_at, m.recorded_at FROM mem_messages m"
+        " WHERE m.agent_id = %(a)s AND m.message_id = ANY(%(ids)s) AND m.session_id IS NOT NULL)"
+        + side.format(sign="-1", o="DESC", cmp="<", visible=visible)
+        + " UNION ALL"
+        + side.format(sign="1", o="ASC", cmp=">", visible=visible),
         {"a": agent_id, "ids": list(anchors), "span": int(span), "t": as_of},
     ).fetchall()
     return [(str(a), str(n), int(d)) for a, n, d in rows]
