@@ -156,8 +156,39 @@ def test_the_head_of_the_ranking_is_the_other_lists_fusion(
         **SMALL, "rrf_weights": {"fact_feedback": 1.0, "message_feedback": 1.0, "message_neighbour": 1.0},
         "person_lists_from": 5})
 
-    def merged(result: object) -> list[str]:
+    def merged(result: object) -> list[tuple[str, float]]:
         units = [(f.score, 0, f.fact_id) for f in result.facts] + [(e.score, 1, e.message_id) for e in result.events]  # type: ignore[attr-defined]
-        return [u[2] for u in sorted(units, key=lambda u: (-u[0], u[1]))]
+        return [(u[2], u[0]) for u in sorted(units, key=lambda u: (-u[0], u[1]))]
 
-    assert merged(on)[:5] == merged(off)[:5]
+    # the first fusion drops turns a fact above cites (m0 … m11 are the facts' sources): the
+    # second must start from every candidate again, or the lists' ranks shift and the head moves
+    assert off.trace["candidates"]["dropped_repeats"] > 0
+    assert merged(on)[:5] == merged(off)[:5]  # same units, same scores
+    assert merged(on) != merged(off)  # the tail did change
+
+
+def test_the_second_fusion_keeps_the_turns_the_first_dropped_as_repeats(
+    retriever: Retriever, store: Store, agent_id: str
+) -> None:
+    """m_a is f_a's source: the first fusion drops it (a fact above says it). Fused again
+    from its *output*, m_a would be missing from the turn lists, m_b would move up to their
+    first rank and score more than it does today: the head must not move."""
+    s = store
+    s.entity(agent_id, "person:tim", "Tim")
+    s.fact(agent_id, "f_a", "person:tim", "camping lake trip", source_message_id="m_a")
+    day = T0 - timedelta(days=1)
+    for i, (mid, text) in enumerate([("m_a", "camping lake trip"), ("m_b", "camping lake"), ("m_c", "camping"),
+                                     ("m_d", "what a weekend")]):
+        s.message(agent_id, mid, text, day, speaker="Tim", session_id="s1", recorded_at=day + timedelta(seconds=i))
+    query = "camping lake trip"
+    off = retriever.retrieve(agent_id, query, config_overrides=SMALL)
+    on = retriever.retrieve(agent_id, query, config_overrides={
+        **SMALL, "rrf_weights": {"message_neighbour": 1.0}, "neighbour_depth": 3, "person_lists_from": 3})
+    assert off.trace["candidates"]["dropped_repeats"] >= 1
+
+    def scored(result: object) -> dict[str, float]:
+        return {**{f.fact_id: f.score for f in result.facts}, **{e.message_id: e.score for e in result.events}}  # type: ignore[attr-defined]
+
+    head = sorted(scored(off).items(), key=lambda kv: -kv[1])[:3]
+    assert [(k, scored(on)[k]) for k, _ in head] == head
+    assert "m_d" in scored(on) and "m_d" not in scored(off)  # the neighbour of m_c, in the tail

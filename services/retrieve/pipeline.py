@@ -179,9 +179,10 @@ class Retriever:
             plan, anchor, ranked, n_fact_candidates, f_events = self._fact_stages(call, conn)
         events, event_rows = self._events(call, f_events, anchor)
         if cfg.ranking == "rrf":
+            candidates = (ranked, events)  # the second fusion (``_tail``) starts from these again
             ranked, events = self._fuse(call, ranked, events, anchor)
             if tail_lists.enabled(cfg.rrf_weights):
-                ranked, events = self._tail(call, ranked, events, anchor)
+                ranked, events = self._tail(call, candidates, ranked, events, anchor)
             if cfg.decompose:
                 ranked, events = self._decomposed(call, ranked, events, anchor)
         with trace.stage("rerank"):
@@ -430,12 +431,21 @@ class Retriever:
         return ranked, events
 
     def _tail(
-        self, call: Call, ranked: list[Candidate], events: list[EventCandidate], anchor: datetime
+        self,
+        call: Call,
+        candidates: tuple[list[Candidate], list[EventCandidate]],
+        fused: list[Candidate],
+        fused_events: list[EventCandidate],
+        anchor: datetime,
     ) -> tuple[list[Candidate], list[EventCandidate]]:
         """ADR-0037: the tail lists (``fact_feedback`` / ``message_feedback``,
-        ``message_neighbour``) from the first fusion's top, their new facts and turns hydrated
-        as candidates, then the fusion again with them counted below ``person_lists_from``."""
+        ``message_neighbour``) from the first fusion's top (``fused``, ``fused_events``), their
+        new facts and turns hydrated as candidates, then the fusion again over every candidate
+        the first one had (``candidates``: not its output, which lacks the units it dropped as
+        repeats — without them every list's ranks would shift and the head would move) plus
+        the new ones, the tail lists counted below ``person_lists_from``."""
         cfg, trace = call.cfg, call.trace
+        ranked, events = fused, fused_events
         qvec = call.query_vector()
         out = tail_lists.TailOut()
         with trace.stage("tail_lists"), self.pool.connection() as conn:
@@ -450,18 +460,18 @@ class Retriever:
                 anchors = tail_lists.anchor_turns(tail_lists.top_units(ranked, events, cfg.neighbour_depth), sources)
                 pairs = tail_lists.neighbour_pairs(conn, call.agent_id, anchors, cfg.neighbour_span, call.as_of)
                 out.neighbour_ids = tail_lists.order_neighbours(anchors, pairs)[: cfg.candidate_pool]
+            ranked, events = list(candidates[0]), list(candidates[1])
             known_facts = {c.fact_id for c in ranked}
             new_fact_ids = [f for f in out.fact_ids if f not in known_facts]
             if new_fact_ids:
                 rows = signals.hydrate_facts(conn, call.agent_id, new_fact_ids, qvec)
                 more, _ = rank([Candidate(rows[f], {}) for f in new_fact_ids if f in rows], cfg, call.floor, anchor)
-                ranked = [*ranked, *more]
+                ranked += more
             known_events = {e.message_id for e in events}
             new_ids = [m for m in dict.fromkeys(out.message_ids + out.neighbour_ids) if m not in known_events]
             if new_ids:
                 rows_ = signals.message_rows(conn, call.agent_id, new_ids, qvec)
-                events = [*events, *rank_events(rows_, {m: {"listed": 1.0} for m in new_ids}, cfg, call.floor,
-                                                anchor)]
+                events += rank_events(rows_, {m: {"listed": 1.0} for m in new_ids}, cfg, call.floor, anchor)
         call.lists["fact_feedback"] = (FACT, out.fact_ids)
         call.lists["message_feedback"] = (EVENT, out.message_ids)
         call.lists["message_neighbour"] = (EVENT, out.neighbour_ids)
