@@ -69,6 +69,8 @@ def test_neighbours_of_the_best_anchor_first_nearest_first_the_turn_before_on_a_
     # "b" is an anchor (already ranked): never listed as a neighbour; "a+1" once, at a's place
     assert order_neighbours(anchors, pairs) == ["a-1", "a+1", "a+2", "b+1"]
     assert order_neighbours([], pairs) == []
+    # by distance: every anchor's nearest turns first (best anchor first), then the next ring
+    assert order_neighbours(anchors, pairs, "distance") == ["a-1", "a+1", "b+1", "a+2"]
 
 
 # ----------------------------------------------------------------------------- end to end

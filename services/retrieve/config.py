@@ -156,6 +156,9 @@ class RetrieveConfig(BaseModel):
     neighbour_span: int = Field(default=1, ge=1, le=10,
         description="(engramdb) message_neighbour: turns at most this many places from an anchor in "
         "its session (ADR-0037)")
+    neighbour_order: Literal["anchor", "distance"] = Field(default="anchor",
+        description="(engramdb) message_neighbour: 'anchor' = the best anchor's turns first, nearest "
+        "first, then the next anchor's; 'distance' = every anchor's nearest turns first (ADR-0037)")
     recency_half_life_days: float = Field(default=14.0, gt=0.0, le=36_500.0)
     confidence_half_life_days: float = Field(default=180.0, gt=0.0, le=36_500.0, description="(engramdb)")
     confidence_decay_floor: float = Field(default=0.80, ge=0.0, le=1.0, description="(engramdb) confidence never decays below this share"

@@ -459,7 +459,7 @@ class Retriever:
                 sources = {c.fact_id: c.row.source_message_ids for c in ranked}
                 anchors = tail_lists.anchor_turns(tail_lists.top_units(ranked, events, cfg.neighbour_depth), sources)
                 pairs = tail_lists.neighbour_pairs(conn, call.agent_id, anchors, cfg.neighbour_span, call.as_of)
-                out.neighbour_ids = tail_lists.order_neighbours(anchors, pairs)[: cfg.candidate_pool]
+                out.neighbour_ids = tail_lists.order_neighbours(anchors, pairs, cfg.neighbour_order)[: cfg.candidate_pool]
             ranked, events = list(candidates[0]), list(candidates[1])
             known_facts = {c.fact_id for c in ranked}
             new_fact_ids = [f for f in out.fact_ids if f not in known_facts]

@@ -57,17 +57,23 @@ def anchor_turns(units: Sequence[tuple[str, str]], sources: Mapping[str, Sequenc
     return out
 
 
-def order_neighbours(anchors: Sequence[str], pairs: Sequence[tuple[str, str, int]]) -> list[str]:
-    """``pairs`` = (anchor, neighbour, offset in the session: −2, −1, 1, 2 …). The neighbours of
-    the best anchor first, nearest first (the turn before on a tie: the question it answers),
-    then the next anchor's; an anchor itself is never its own or another's neighbour here (it
-    is already ranked)."""
+def order_neighbours(
+    anchors: Sequence[str], pairs: Sequence[tuple[str, str, int]], by: str = "anchor"
+) -> list[str]:
+    """``pairs`` = (anchor, neighbour, offset in the session: −2, −1, 1, 2 …). ``by="anchor"``:
+    the neighbours of the best anchor first, nearest first (the turn before on a tie: the
+    question it answers), then the next anchor's; ``by="distance"``: every anchor's turn
+    before and after, best anchor first, then every anchor's second turn, …. An anchor itself
+    is never its own or another's neighbour here (it is already ranked)."""
     rank = {mid: i for i, mid in enumerate(anchors)}
     anchor_set = set(anchors)
-    ordered = sorted(
-        (p for p in pairs if p[0] in rank and p[1] not in anchor_set and p[2] != 0),
-        key=lambda p: (rank[p[0]], abs(p[2]), p[2] > 0, p[1]),
-    )
+
+    def key(p: tuple[str, str, int]) -> tuple[int, int, bool, str]:
+        if by == "distance":
+            return abs(p[2]), rank[p[0]], p[2] > 0, p[1]
+        return rank[p[0]], abs(p[2]), p[2] > 0, p[1]
+
+    ordered = sorted((p for p in pairs if p[0] in rank and p[1] not in anchor_set and p[2] != 0), key=key)
     out: list[str] = []
     seen: set[str] = set()
     for _, mid, _ in ordered:
