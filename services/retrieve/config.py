@@ -27,8 +27,9 @@ DEFAULT_SCORE_WEIGHTS: dict[str, float] = {"semantic": 0.70, "recency": 0.20, "i
 # ``fact_person`` / ``message_person`` each named person's own facts and turns by that question,
 # the persons' lists interleaved, for list questions, below the top 10 (ADR-0034, LOCO-CV; 0 = not run);
 # ``fact_feedback`` / ``message_feedback`` the facts and turns nearest to the question moved towards
-# the fused top's vectors, ``message_neighbour`` the turns said next to the fused top's turns, both
-# built from the first fusion and counted below ``person_lists_from`` (ADR-0037; 0 = not run).
+# the fused top's vectors (0 = not run; never chosen by LOCO-CV), ``message_neighbour`` the turns
+# said next to the fused top's turns (on: chosen in every fold, both LoCoMo modes), both built from
+# the first fusion and counted below ``person_lists_from`` (ADR-0037).
 DEFAULT_RRF_WEIGHTS: dict[str, float] = {
     "fact_semantic": 1.0,
     "fact_keyword": 1.0,
@@ -43,7 +44,7 @@ DEFAULT_RRF_WEIGHTS: dict[str, float] = {
     "message_person": 0.5,
     "fact_feedback": 0.0,
     "message_feedback": 0.0,
-    "message_neighbour": 0.0,
+    "message_neighbour": 1.0,
 }
 # How much each non-semantic signal can raise the relevance term (noisy-OR, ADR 0006).
 # Measured on LoCoMo dev (ADR 0006): keyword (IDF-weighted) earns its 0.50; graph, spreading
@@ -153,7 +154,7 @@ class RetrieveConfig(BaseModel):
     neighbour_depth: int = Field(default=10, ge=1, le=100,
         description="(engramdb) message_neighbour: the turns of the first this many fused units "
         "(a fact: its source turns) are the anchors (ADR-0037)")
-    neighbour_span: int = Field(default=1, ge=1, le=10,
+    neighbour_span: int = Field(default=4, ge=1, le=10,
         description="(engramdb) message_neighbour: turns at most this many places from an anchor in "
         "its session (ADR-0037)")
     neighbour_order: Literal["anchor", "distance"] = Field(default="anchor",
