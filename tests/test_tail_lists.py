@@ -40,7 +40,7 @@ class _Event:
 
 
 def test_the_neighbour_list_is_on_by_default_as_cross_validated_feedback_off_and_bounded() -> None:
-    # `nb-1-s4`, chosen in every fold of two observation runs and of the configured run (ADR-0037)
+    # `nb-1-s4`, chosen in every fold of three observation runs and of the configured run (ADR-0037)
     cfg = RetrieveConfig()
     assert cfg.rrf_weights["message_neighbour"] == 1.0
     assert (cfg.neighbour_span, cfg.neighbour_depth, cfg.neighbour_order) == (4, 10, "anchor")
