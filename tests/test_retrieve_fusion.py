@@ -47,9 +47,12 @@ def test_a_turn_is_found_by_bm25_stemming_alone(retriever: Retriever, store: Sto
     # only BM25's English stemming (marathons -> marathon) connects them
     result = retriever.retrieve(agent_id, "marathons")
     events = {e.message_id: e for e in result.events}
-    assert list(events) == ["m_run"]
+    assert list(events)[0] == "m_run"
     assert events["m_run"].scores["rank_message_keyword"] == 1.0
     assert "rank_message_semantic" not in events["m_run"].scores
+    # the other turn of the session comes only as m_run's neighbour (ADR-0037), below it
+    assert set(events) == {"m_run", "m_other"} and set(events["m_other"].scores) >= {"rank_message_neighbour"}
+    assert not {"rank_message_keyword", "rank_message_semantic"} & set(events["m_other"].scores)
 
 
 def test_a_fact_and_the_turn_it_came_from_never_both_take_a_slot(

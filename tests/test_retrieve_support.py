@@ -124,14 +124,16 @@ class Store:
                 (agent, fact_id, key, key == entity_key),
             )
 
-    def message(self, agent: str, message_id: str, text: str, occurred_at: datetime = T0, speaker: str | None = "user") -> None:
+    def message(self, agent: str, message_id: str, text: str, occurred_at: datetime = T0, speaker: str | None = "user",
+                session_id: str = "s1", recorded_at: datetime | None = None) -> None:
         if self._message_cols is None:
             with self.pool.connection() as conn:
                 self._message_cols = {r[0] for r in conn.execute(
                     "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = 'mem_messages'",
                     (self.schema,)).fetchall()}
         cols = ["agent_id", "message_id", "session_id", "speaker", "text", "occurred_at", "recorded_at", "embedding"]
-        vals: list[Any] = [agent, message_id, "s1", speaker, text, occurred_at, occurred_at, self.vec(text)]
+        vals: list[Any] = [agent, message_id, session_id, speaker, text, occurred_at, recorded_at or occurred_at,
+                           self.vec(text)]
         if "record_id" in self._message_cols:  # additive column of the conversation projection
             cols.append("record_id")
             vals.append(uuid.uuid4())

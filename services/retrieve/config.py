@@ -25,7 +25,11 @@ DEFAULT_SCORE_WEIGHTS: dict[str, float] = {"semantic": 0.70, "recency": 0.20, "i
 # ``fact_subject`` / ``message_subject`` the subject sweep (ADR-0025): the facts and turns of
 # the person a question names, ranked by the question without the name (0 = not run);
 # ``fact_person`` / ``message_person`` each named person's own facts and turns by that question,
-# the persons' lists interleaved, for list questions, below the top 10 (ADR-0034, LOCO-CV; 0 = not run).
+# the persons' lists interleaved, for list questions, below the top 10 (ADR-0034, LOCO-CV; 0 = not run);
+# ``fact_feedback`` / ``message_feedback`` the facts and turns nearest to the question moved towards
+# the fused top's vectors (0 = not run; never chosen by LOCO-CV), ``message_neighbour`` the turns
+# said next to the fused top's turns (on: chosen in every fold, both LoCoMo modes), both built from
+# the first fusion and counted below ``person_lists_from`` (ADR-0037).
 DEFAULT_RRF_WEIGHTS: dict[str, float] = {
     "fact_semantic": 1.0,
     "fact_keyword": 1.0,
@@ -38,6 +42,9 @@ DEFAULT_RRF_WEIGHTS: dict[str, float] = {
     "message_subject": 1.0,
     "fact_person": 0.5,
     "message_person": 0.5,
+    "fact_feedback": 0.0,
+    "message_feedback": 0.0,
+    "message_neighbour": 1.0,
 }
 # How much each non-semantic signal can raise the relevance term (noisy-OR, ADR 0006).
 # Measured on LoCoMo dev (ADR 0006): keyword (IDF-weighted) earns its 0.50; graph, spreading
@@ -135,8 +142,24 @@ class RetrieveConfig(BaseModel):
         "ADR-0034): 'list' only for questions asking for several things, 'any' whenever the "
         "question names one or two entities")
     person_lists_from: int = Field(default=10, ge=0, le=1000,
-        description="(engramdb) fact_person / message_person count only below the first this many "
+        description="(engramdb) fact_person / message_person (and the tail lists fact_feedback, "
+        "message_feedback, message_neighbour, ADR-0037) count only below the first this many "
         "units of the fusion of the other lists (ADR-0034); 0 = everywhere")
+    feedback_depth: int = Field(default=5, ge=1, le=100,
+        description="(engramdb) fact_feedback / message_feedback: the first this many units of the "
+        "fused ranking give the mean vector added to the question's (ADR-0037)")
+    feedback_beta: float = Field(default=1.0, ge=0.0, le=10.0,
+        description="(engramdb) fact_feedback / message_feedback: question unit vector + beta x the "
+        "mean unit vector of the fused top (Rocchio, ADR-0037)")
+    neighbour_depth: int = Field(default=10, ge=1, le=100,
+        description="(engramdb) message_neighbour: the turns of the first this many fused units "
+        "(a fact: its source turns) are the anchors (ADR-0037)")
+    neighbour_span: int = Field(default=4, ge=1, le=10,
+        description="(engramdb) message_neighbour: turns at most this many places from an anchor in "
+        "its session (ADR-0037)")
+    neighbour_order: Literal["anchor", "distance"] = Field(default="anchor",
+        description="(engramdb) message_neighbour: 'anchor' = the best anchor's turns first, nearest "
+        "first, then the next anchor's; 'distance' = every anchor's nearest turns first (ADR-0037)")
     recency_half_life_days: float = Field(default=14.0, gt=0.0, le=36_500.0)
     confidence_half_life_days: float = Field(default=180.0, gt=0.0, le=36_500.0, description="(engramdb)")
     confidence_decay_floor: float = Field(default=0.80, ge=0.0, le=1.0, description="(engramdb) confidence never decays below this share"

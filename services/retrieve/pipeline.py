@@ -32,10 +32,17 @@ from engramdb.domain.agent_id import check_agent_id
 from engramdb.domain.ports import EmbeddingProvider, LLMProvider
 from engramdb.domain.time_range import check_instant
 from engramdb.infra.pgsql import vector_literal
-from engramdb.services.retrieve import enhance, job_levers, profile_section, signals, subject_sweep
+from engramdb.services.retrieve import (
+    enhance,
+    job_levers,
+    profile_section,
+    signals,
+    subject_sweep,
+    tail_lists,
+)
 from engramdb.services.retrieve.config import RetrieveConfig
 from engramdb.services.retrieve.decompose import fuse_runs, sub_queries
-from engramdb.services.retrieve.fusion import FACT, fuse_candidates
+from engramdb.services.retrieve.fusion import EVENT, FACT, fuse_candidates
 from engramdb.services.retrieve.models import (
     RetrievalPlan,
     RetrieveResult,
@@ -174,7 +181,10 @@ class Retriever:
             plan, anchor, ranked, n_fact_candidates, f_events = self._fact_stages(call, conn)
         events, event_rows = self._events(call, f_events, anchor)
         if cfg.ranking == "rrf":
+            candidates = (ranked, events)  # the second fusion (``_tail``) starts from these again
             ranked, events = self._fuse(call, ranked, events, anchor)
+            if tail_lists.enabled(cfg.rrf_weights):
+                ranked, events = self._tail(call, candidates, ranked, events, anchor)
             if cfg.decompose:
                 ranked, events = self._decomposed(call, ranked, events, anchor)
         with trace.stage("rerank"):
@@ -423,17 +433,68 @@ class Retriever:
         windows = time_windows(call.query, anchor) if cfg.time_boost > 0.0 else []
         if windows:
             call.trace.note(time_windows=[str(w) for w in windows])
-        call.lists["fact_formula"] = (FACT, [c.fact_id for c in ranked])
-        linked = [c for c in ranked if max(c.signals.get("graph", 0.0), c.signals.get("spreading", 0.0)) > 0.0]
-        linked.sort(key=lambda c: (-max(c.signals.get("graph", 0.0), c.signals.get("spreading", 0.0)), c.fact_id))
-        call.lists["fact_graph"] = (FACT, [c.fact_id for c in linked])
+        if "fact_formula" not in call.lists:  # a second fusion (``_tail``) gets the formula's order, not its own
+            call.lists["fact_formula"] = (FACT, [c.fact_id for c in ranked])
+            linked = [c for c in ranked if max(c.signals.get("graph", 0.0), c.signals.get("spreading", 0.0)) > 0.0]
+            linked.sort(key=lambda c: (-max(c.signals.get("graph", 0.0), c.signals.get("spreading", 0.0)), c.fact_id))
+            call.lists["fact_graph"] = (FACT, [c.fact_id for c in linked])
         with call.trace.stage("fuse"):
             ranked, events, counts = fuse_candidates(call.lists, cfg.rrf_weights, cfg.rrf_k, ranked, events,
                                                      cfg.diversity_penalty, windows, cfg.time_boost,
                                                      cfg.diversity_free, cfg.diversity_start,
-                                                     subject_sweep.PERSON_LISTS, cfg.person_lists_from)
+                                                     subject_sweep.PERSON_LISTS + tail_lists.TAIL_LISTS,
+                                                     cfg.person_lists_from)
         call.trace.count(**counts)
         return ranked, events
+
+    def _tail(
+        self,
+        call: Call,
+        candidates: tuple[list[Candidate], list[EventCandidate]],
+        fused: list[Candidate],
+        fused_events: list[EventCandidate],
+        anchor: datetime,
+    ) -> tuple[list[Candidate], list[EventCandidate]]:
+        """ADR-0037: the tail lists (``fact_feedback`` / ``message_feedback``,
+        ``message_neighbour``) from the first fusion's top (``fused``, ``fused_events``), their
+        new facts and turns hydrated as candidates, then the fusion again over every candidate
+        the first one had (``candidates``: not its output, which lacks the units it dropped as
+        repeats — without them every list's ranks would shift and the head would move) plus
+        the new ones, the tail lists counted below ``person_lists_from``."""
+        cfg, trace = call.cfg, call.trace
+        ranked, events = fused, fused_events
+        qvec = call.query_vector()
+        out = tail_lists.TailOut()
+        with trace.stage("tail_lists"), self.pool.connection() as conn:
+            if qvec is not None and tail_lists.enabled(cfg.rrf_weights, tail_lists.FEEDBACK_LISTS):
+                fb = tail_lists.feedback(
+                    conn, call.agent_id, qvec, tail_lists.top_units(ranked, events, cfg.feedback_depth),
+                    beta=cfg.feedback_beta, as_of=call.as_of, min_confidence=cfg.min_confidence,
+                    limit=cfg.candidate_pool, ef_search=cfg.hnsw_ef_search, exact_rows=self.exact_search_rows)
+                out.fact_ids, out.message_ids = fb.fact_ids, fb.message_ids
+            if tail_lists.enabled(cfg.rrf_weights, tail_lists.NEIGHBOUR_LISTS):
+                sources = {c.fact_id: c.row.source_message_ids for c in ranked}
+                anchors = tail_lists.anchor_turns(tail_lists.top_units(ranked, events, cfg.neighbour_depth), sources)
+                pairs = tail_lists.neighbour_pairs(conn, call.agent_id, anchors, cfg.neighbour_span, call.as_of)
+                out.neighbour_ids = tail_lists.order_neighbours(anchors, pairs, cfg.neighbour_order)[: cfg.candidate_pool]
+            ranked, events = list(candidates[0]), list(candidates[1])
+            known_facts = {c.fact_id for c in ranked}
+            new_fact_ids = [f for f in out.fact_ids if f not in known_facts]
+            if new_fact_ids:
+                rows = signals.hydrate_facts(conn, call.agent_id, new_fact_ids, qvec)
+                more, _ = rank([Candidate(rows[f], {}) for f in new_fact_ids if f in rows], cfg, call.floor, anchor)
+                ranked += more
+            known_events = {e.message_id for e in events}
+            new_ids = [m for m in dict.fromkeys(out.message_ids + out.neighbour_ids) if m not in known_events]
+            if new_ids:
+                rows_ = signals.message_rows(conn, call.agent_id, new_ids, qvec)
+                events += rank_events(rows_, {m: {"listed": 1.0} for m in new_ids}, cfg, call.floor, anchor)
+        call.lists["fact_feedback"] = (FACT, out.fact_ids)
+        call.lists["message_feedback"] = (EVENT, out.message_ids)
+        call.lists["message_neighbour"] = (EVENT, out.neighbour_ids)
+        trace.count(feedback_facts=len(out.fact_ids), feedback_messages=len(out.message_ids),
+                    neighbour_messages=len(out.neighbour_ids))
+        return self._fuse(call, ranked, events, anchor)
 
     def _decomposed(
         self, call: Call, ranked: list[Candidate], events: list[EventCandidate], anchor: datetime

@@ -165,7 +165,10 @@ def rank_events(rows: list[tuple[Any, ...]], signals: dict[str, dict[str, float]
         ev = EventCandidate(mid, text, occurred_at, speaker, session_id,
                             None if cosine is None else float(cosine), signals.get(mid, {}).get("keyword", 0.0))
         score_event(ev, cfg, floor, anchor)
-        if ev.scores["relevance"] > 0.0 or signals.get(mid, {}).get("subject", 0.0) > 0.0:  # ADR-0025
+        # a turn another list ranks (the subject sweep, ADR-0025; the tail lists, ADR-0037) stays
+        # a candidate even below the similarity threshold: that list ranks, fusion decides
+        listed = signals.get(mid, {})
+        if ev.scores["relevance"] > 0.0 or listed.get("subject", 0.0) > 0.0 or listed.get("listed", 0.0) > 0.0:
             out.append(ev)
     out.sort(key=lambda e: (-round(e.final, 9), e.message_id))
     return out

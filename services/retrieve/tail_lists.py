@@ -1,0 +1,188 @@
+"""Ranked lists for the *tail* of the fused ranking, built from its head (ADR-0037):
+``fact_feedback`` / ``message_feedback`` (dense pseudo-relevance feedback) and
+``message_neighbour`` (the turns said next to the head's turns).
+
+Why: on LoCoMo multi-hop questions the evidence is mostly among the candidates but ranked
+21–40, and for some questions a gold turn is in no candidate list at all (no fact cites it,
+and neither its words nor its embedding are near the question's). Both lists start from what
+the first fusion already ranks best — the units that decide R@10 — and look for more of the
+same: the fused top's vectors pull the question towards the conversation's own wording
+(Rocchio on vectors, no extra embedding), and a turn next to a found turn often continues
+the same exchange ("we went camping" → "the kids loved the marshmallows"). Both count only
+below ``person_lists_from`` (the head stays exactly the fusion of the other lists), and
+fusion decides what of them earns a place in the tail.
+
+Pure parts (which units anchor the lists, how neighbours are ordered) are functions here;
+``feedback`` and ``neighbours`` are the only I/O, on the request's connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from engramdb.services.retrieve.fusion import EVENT, FACT
+from engramdb.services.retrieve.rank import Candidate, EventCandidate
+from engramdb.services.retrieve.signals.shared import message_visibility
+from engramdb.services.retrieve.subject_sweep import Subject, sweep
+
+FEEDBACK_LISTS = ("fact_feedback", "message_feedback")
+NEIGHBOUR_LISTS = ("message_neighbour",)
+TAIL_LISTS = FEEDBACK_LISTS + NEIGHBOUR_LISTS
+
+
+def enabled(weights: Mapping[str, float], names: Sequence[str] = TAIL_LISTS) -> bool:
+    return any(float(weights.get(name, 0.0)) > 0.0 for name in names)
+
+
+def top_units(
+    facts: Sequence[Candidate], events: Sequence[EventCandidate], n: int
+) -> list[tuple[str, str]]:
+    """The first ``n`` units of the fused ranking as (kind, id): facts and turns merged by
+    their fused score (facts first on ties, as the ranking's own order puts them)."""
+    tagged = [(-round(c.final, 9), 0, i, (FACT, c.fact_id)) for i, c in enumerate(facts)]
+    tagged += [(-round(e.final, 9), 1, i, (EVENT, e.message_id)) for i, e in enumerate(events)]
+    tagged.sort(key=lambda t: t[:3])
+    return [t[3] for t in tagged[: max(0, n)]]
+
+
+def anchor_turns(units: Sequence[tuple[str, str]], sources: Mapping[str, Sequence[str]]) -> list[str]:
+    """The turns the units stand for, in rank order: a turn itself, a fact its source turns."""
+    out: list[str] = []
+    for kind, unit_id in units:
+        for mid in (sources.get(unit_id, ()) if kind == FACT else (unit_id,)):
+            if mid not in out:
+                out.append(mid)
+    return out
+
+
+def order_neighbours(
+    anchors: Sequence[str], pairs: Sequence[tuple[str, str, int]], by: str = "anchor"
+) -> list[str]:
+    """``pairs`` = (anchor, neighbour, offset in the session: −2, −1, 1, 2 …). ``by="anchor"``:
+    the neighbours of the best anchor first, nearest first (the turn before on a tie: the
+    question it answers), then the next anchor's; ``by="distance"``: every anchor's turn
+    before and after, best anchor first, then every anchor's second turn, …. An anchor itself
+    is never its own or another's neighbour here (it is already ranked)."""
+    rank = {mid: i for i, mid in enumerate(anchors)}
+    anchor_set = set(anchors)
+
+    def key(p: tuple[str, str, int]) -> tuple[int, int, bool, str]:
+        if by == "distance":
+            return abs(p[2]), rank[p[0]], p[2] > 0, p[1]
+        return rank[p[0]], abs(p[2]), p[2] > 0, p[1]
+
+    ordered = sorted((p for p in pairs if p[0] in rank and p[1] not in anchor_set and p[2] != 0), key=key)
+    out: list[str] = []
+    seen: set[str] = set()
+    for _, mid, _ in ordered:
+        if mid not in seen:
+            seen.add(mid)
+            out.append(mid)
+    return out
+
+
+@dataclass
+class TailOut:
+    fact_ids: list[str] = field(default_factory=list)  # fact_feedback
+    message_ids: list[str] = field(default_factory=list)  # message_feedback
+    neighbour_ids: list[str] = field(default_factory=list)  # message_neighbour
+
+
+_FEEDBACK_VECTOR = """
+    WITH top AS (
+        SELECT l2_normalize(f.embedding) AS v FROM mem_facts f
+         WHERE f.agent_id = %(a)s AND f.fact_id = ANY(%(facts)s) AND f.embedding IS NOT NULL
+        UNION ALL
+        SELECT l2_normalize(m.embedding) FROM mem_messages m
+         WHERE m.agent_id = %(a)s AND m.message_id = ANY(%(msgs)s) AND m.embedding IS NOT NULL
+    )
+    SELECT (l2_normalize(%(q)s::vector)
+            + array_fill(%(beta)s::real, ARRAY[vector_dims(%(q)s::vector)])::vector * avg(v))::text
+      FROM top HAVING count(*) > 0
+"""
+
+
+def feedback_vector(conn: Any, agent_id: str, qvec: str, units: Sequence[tuple[str, str]], beta: float) -> str | None:
+    """Rocchio on vectors, in SQL (vectors never travel to Python but this one, as text):
+    the question's unit vector plus ``beta`` × the mean unit vector of ``units``. ``None``
+    when no unit has a vector."""
+    row = conn.execute(
+        _FEEDBACK_VECTOR,
+        {"a": agent_id, "q": qvec, "beta": float(beta),
+         "facts": [i for k, i in units if k == FACT], "msgs": [i for k, i in units if k == EVENT]},
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def feedback(
+    conn: Any,
+    agent_id: str,
+    qvec: str,
+    units: Sequence[tuple[str, str]],
+    *,
+    beta: float,
+    as_of: Any,
+    min_confidence: float,
+    limit: int,
+    ef_search: int,
+    exact_rows: int = 0,
+) -> TailOut:
+    """Every fact and turn nearest to the feedback vector (no similarity threshold: the list
+    ranks, fusion decides), the subject sweep's statements over every row."""
+    if not units:
+        return TailOut()
+    vec = feedback_vector(conn, agent_id, qvec, units, beta)
+    if vec is None:
+        return TailOut()
+    out = sweep(conn, agent_id, Subject((), (), ""), vec, as_of=as_of, min_confidence=min_confidence,
+                limit=limit, ef_search=ef_search, exact_rows=exact_rows, only_subject=False)
+    return TailOut(fact_ids=out.fact_ids, message_ids=out.message_ids)
+
+
+def neighbour_pairs(
+    conn: Any, agent_id: str, anchors: Sequence[str], span: int, as_of: Any
+) -> list[tuple[str, str, int]]:
+    """(anchor, neighbour, offset) for the ``span`` visible turns said just before (offset −1,
+    −2, …) and just after (1, 2, …) each anchor in the anchor's session, turns ordered as said
+    (``occurred_at``, then as recorded, then by id). Each side is a short walk of the
+    ``(agent_id, occurred_at)`` index from the anchor's time (a LATERAL ``LIMIT span``), so
+    the cost follows the anchors, not the agent's size."""
+    if not anchors or span <= 0:
+        return []
+    visible = message_visibility(as_of, "n")
+    side = """
+        SELECT a.message_id, x.message_id, {sign} * x.k
+          FROM a, LATERAL (
+            SELECT n.message_id, row_number() OVER (ORDER BY n.occurred_at {o}, n.recorded_at {o}, n.message_id {o}) AS k
+              FROM mem_messages n
+             WHERE n.agent_id = %(a)s AND n.session_id = a.session_id
+               AND (n.occurred_at, n.recorded_at, n.message_id) {cmp} (a.occurred_at, a.recorded_at, a.message_id)
+               AND {visible}
+             ORDER BY n.occurred_at {o}, n.recorded_at {o}, n.message_id {o}
+             LIMIT %(span)s) x"""
+    rows = conn.execute(
+        "WITH a AS MATERIALIZED (SELECT m.message_id, m.session_id, m.occurred_at, m.recorded_at FROM mem_messages m"
+        " WHERE m.agent_id = %(a)s AND m.message_id = ANY(%(ids)s) AND m.session_id IS NOT NULL)"
+        + side.format(sign="-1", o="DESC", cmp="<", visible=visible)
+        + " UNION ALL"
+        + side.format(sign="1", o="ASC", cmp=">", visible=visible),
+        {"a": agent_id, "ids": list(anchors), "span": int(span), "t": as_of},
+    ).fetchall()
+    return [(str(a), str(n), int(d)) for a, n, d in rows]
+
+
+__all__ = [
+    "FEEDBACK_LISTS",
+    "NEIGHBOUR_LISTS",
+    "TAIL_LISTS",
+    "TailOut",
+    "anchor_turns",
+    "enabled",
+    "feedback",
+    "feedback_vector",
+    "neighbour_pairs",
+    "order_neighbours",
+    "top_units",
+]
