@@ -98,16 +98,18 @@ def _place(
     fused = reciprocal_rank_fusion(present, weights, k)
     kept = without_repeats(fused, sources)
     scale = best_possible(weights, [name for name, (_, ids) in present.items() if ids], k)
-    when = [when_of(u) for u in kept]
     raw = [u.score for u in kept]
-    if time_boost > 0.0 and time_windows:
+    penalty, free, start = diversity
+    boosted = time_boost > 0.0 and bool(time_windows)
+    # the units' times only when a lever reads them: four placements per call, ~360 units each
+    when = [when_of(u) for u in kept] if boosted or penalty > 0.0 else [None] * len(kept)
+    if boosted:
         raw = [s * (1.0 + time_boost) if in_windows(time_windows, w) else s for s, w in zip(raw, when, strict=True)]
         scale *= 1.0 + time_boost
         order = sorted(range(len(kept)), key=lambda i: (-raw[i], i))
         kept, raw, when = [kept[i] for i in order], [raw[i] for i in order], [when[i] for i in order]
-    penalty, free, start = diversity
-    placed = diversify(kept, raw, [None if w is None else w.astimezone(UTC).date() for w in when],
-                       penalty, free, start)
+    days = [None if w is None else w.astimezone(UTC).date() for w in when] if penalty > 0.0 else when
+    placed = diversify(kept, raw, days, penalty, free, start)
     return placed, scale, len(fused)
 
 
@@ -188,9 +190,10 @@ def fuse_candidates(
         normalised = _tail_only([(u, v / head_scale) for u, v in head], normalised, sources, tail_start)
     out_facts: list[Candidate] = []
     out_events: list[EventCandidate] = []
+    rank_keys = {name: f"rank_{name}" for name in lists}
     for unit, value in normalised:
         score = round(value, 9)
-        ranks = {f"rank_{name}": float(rank) for name, rank in unit.ranks.items()}
+        ranks = {rank_keys[name]: float(rank) for name, rank in unit.ranks.items()}
         if unit.kind == FACT:
             cand = by_fact[unit.unit_id]
             cand.formula = cand.final = score
