@@ -17,6 +17,11 @@ from engramdb.services.retrieve.signals.shared import (
     similarity_threshold,
 )
 
+# A turn's row as every turn signal returns it (``rank_events`` reads this shape): id, text,
+# when, who, session, and its cosine to the query vector ``%(q)s`` (NULL without one).
+TURN_ROW = ("m.message_id, m.text, m.occurred_at, m.speaker, m.session_id,"
+            " CASE WHEN m.embedding IS NULL OR %(q)s::vector IS NULL THEN NULL"
+            " ELSE 1 - (m.embedding <=> %(q)s::vector) END")
 
 def message_events(
     conn: Any,
@@ -64,9 +69,7 @@ def message_events(
         return {}, []
     sql = f"""
         WITH {", ".join(ctes)}, ids AS ({" UNION ".join(sources)})
-        SELECT m.message_id, m.text, m.occurred_at, m.speaker, m.session_id,
-               CASE WHEN m.embedding IS NULL OR %(q)s::vector IS NULL THEN NULL
-                    ELSE 1 - (m.embedding <=> %(q)s::vector) END,
+        SELECT {TURN_ROW},
                sem.cos, kw.s
           FROM ids
           JOIN mem_messages m ON m.agent_id = %(a)s AND m.message_id = ids.message_id
@@ -96,10 +99,8 @@ def message_rows(conn: Any, agent_id: str, ids: list[str], qvec: str | None) -> 
     if not ids:
         return []
     return conn.execute(
-        """
-        SELECT m.message_id, m.text, m.occurred_at, m.speaker, m.session_id,
-               CASE WHEN m.embedding IS NULL OR %(q)s::vector IS NULL THEN NULL
-                    ELSE 1 - (m.embedding <=> %(q)s::vector) END
+        f"""
+        SELECT {TURN_ROW}
           FROM mem_messages m
          WHERE m.agent_id = %(a)s AND m.message_id = ANY(%(ids)s)
          ORDER BY m.message_id
@@ -137,9 +138,7 @@ def message_lists(
     sql = f"""
         WITH {sem}, bm AS MATERIALIZED ({bm25_messages_cte(as_of)}),
              ids AS (SELECT message_id FROM sem UNION SELECT id FROM bm)
-        SELECT m.message_id, m.text, m.occurred_at, m.speaker, m.session_id,
-               CASE WHEN m.embedding IS NULL OR %(q)s::vector IS NULL THEN NULL
-                    ELSE 1 - (m.embedding <=> %(q)s::vector) END,
+        SELECT {TURN_ROW},
                sem.cos, bm.score
           FROM ids
           JOIN mem_messages m ON m.agent_id = %(a)s AND m.message_id = ids.message_id
