@@ -23,6 +23,7 @@ TURN_ROW = ("m.message_id, m.text, m.occurred_at, m.speaker, m.session_id,"
             " CASE WHEN m.embedding IS NULL OR %(q)s::vector IS NULL THEN NULL"
             " ELSE 1 - (m.embedding <=> %(q)s::vector) END")
 
+
 def message_events(
     conn: Any,
     agent_id: str,
