@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from engramdb.services.retrieve.diversity import diversify
 from engramdb.services.retrieve.rank import Candidate, EventCandidate
@@ -141,6 +142,117 @@ def _tail_only(
     return top + [(u, v * factor) for u, v in rest]
 
 
+
+#: placements of one call, keyed by the lists that decide them (``_placement_key``)
+PlacementMemo = dict[tuple[Any, ...], tuple[list[tuple[Fused, float]], float, int]]
+
+
+def _inputs(
+    lists: Mapping[str, tuple[str, Sequence[str]]], facts: Sequence[Candidate], events: Sequence[EventCandidate]
+) -> tuple[dict[str, tuple[str, list[str]]], dict[str, Sequence[str]], Callable[[Fused], datetime | None]]:
+    """Each list restricted to the candidates, the facts' source turns, and a unit's time."""
+    by_fact = {c.fact_id: c for c in facts}
+    by_event = {e.message_id: e for e in events}
+    present = {
+        name: (kind, [i for i in ids if i in (by_fact if kind == FACT else by_event)])
+        for name, (kind, ids) in lists.items()
+    }
+    sources: dict[str, Sequence[str]] = {c.fact_id: c.row.source_message_ids for c in facts}
+
+    def when_of(u: Fused) -> datetime | None:
+        return by_fact[u.unit_id].row.valid_from if u.kind == FACT else by_event[u.unit_id].occurred_at
+
+    return present, sources, when_of
+
+
+def _head_weights(
+    present: Mapping[str, tuple[str, Sequence[str]]], weights: Mapping[str, float], tail_lists: Sequence[str]
+) -> dict[str, float] | None:
+    """The weights of the head's fusion (the tail lists at 0), or None when no tail list
+    has a unit (the head is then the whole fusion)."""
+    tail_on = [n for n in tail_lists if float(weights.get(n, 0.0)) > 0.0 and present.get(n, ("", []))[1]]
+    if not tail_on:
+        return None
+    return {n: (0.0 if n in tail_on else w) for n, w in weights.items()}
+
+
+def _placement_key(
+    present: Mapping[str, tuple[str, Sequence[str]]], weights: Mapping[str, float], k: float
+) -> tuple[Any, ...]:
+    """What decides a placement within one call: the lists that count (weight > 0, not
+    empty) with their units, and ``k``. A list with no unit or no weight adds nothing, so a
+    fusion before the tail lists exist and the head of the fusion after them share a key.
+    Sources, times, windows and diversity settings are the call's own and do not change."""
+    return (k, tuple((name, float(weights.get(name, 0.0)), present[name][0], tuple(present[name][1]))
+                     for name in sorted(present)
+                     if float(weights.get(name, 0.0)) > 0.0 and present[name][1]))
+
+
+def _placed(
+    present: Mapping[str, tuple[str, Sequence[str]]],
+    weights: Mapping[str, float],
+    k: float,
+    sources: Mapping[str, Sequence[str]],
+    when_of: Callable[[Fused], datetime | None],
+    time_windows: Sequence[Window],
+    time_boost: float,
+    diversity: tuple[float, int, int],
+    memo: PlacementMemo | None,
+) -> tuple[list[tuple[Fused, float]], float, int]:
+    """``_place``, once per call for the same lists (ADR-0039: the head of the fusion after
+    the tail lists is the fusion before them; both used to be computed)."""
+    if memo is None:
+        return _place(present, weights, k, sources, when_of, time_windows, time_boost, diversity)
+    key = _placement_key(present, weights, k)
+    if key not in memo:
+        memo[key] = _place(present, weights, k, sources, when_of, time_windows, time_boost, diversity)
+    return memo[key]
+
+
+def head_units(
+    lists: Mapping[str, tuple[str, Sequence[str]]],
+    weights: Mapping[str, float],
+    k: float,
+    facts: Sequence[Candidate],
+    events: Sequence[EventCandidate],
+    n: int,
+    diversity_penalty: float = 0.0,
+    time_windows: Sequence[Window] = (),
+    time_boost: float = 0.0,
+    diversity_free: int = 1,
+    diversity_start: int = 0,
+    tail_lists: Sequence[str] = (),
+    tail_start: int = 0,
+    memo: PlacementMemo | None = None,
+) -> list[tuple[str, str]] | None:
+    """The first ``n`` units (kind, id) that ``fuse_candidates`` with the same arguments
+    would rank — in the order ``tail_lists.top_units`` reads them from its output (fused
+    score rounded as the output carries it, facts first on a tie) — from the head's placement
+    alone. Why: the tail lists only need the first fusion's top 10; placing every unit of
+    it twice and writing scores onto the candidates cost a full fusion per call (ADR-0039).
+    None when the top ``n`` would reach below the head (``n`` > ``tail_start`` or a head
+    shorter than ``n``): the caller then fuses in full."""
+    present, sources, when_of = _inputs(lists, facts, events)
+    diversity = (diversity_penalty, diversity_free, diversity_start)
+    head_weights = _head_weights(present, weights, tail_lists) if tail_start > 0 else None
+    placed, scale, _ = _placed(present, head_weights if head_weights is not None else weights, k, sources,
+                               when_of, time_windows, time_boost, diversity, memo)
+    limit = min(len(placed), tail_start) if head_weights is not None else len(placed)
+    if n <= 0:
+        return []
+    if head_weights is not None and n > limit:
+        return None
+    rounded = [round(round(v / scale, 9), 9) for _, v in placed[: min(n, limit)]]
+    end = len(rounded)
+    # a unit just below the n-th with the same rounded score may outrank it (facts first)
+    while end < len(placed) and round(round(placed[end][1] / scale, 9), 9) == rounded[-1]:
+        if end >= limit:
+            return None
+        rounded.append(rounded[-1])
+        end += 1
+    order = sorted(range(end), key=lambda i: (-rounded[i], placed[i][0].kind != FACT, i))
+    return [(placed[i][0].kind, placed[i][0].unit_id) for i in order[:n]]
+
 TAIL_BELOW = 0.999  # the tail's first unit scores this share of the head's last
 
 
@@ -157,6 +269,7 @@ def fuse_candidates(
     diversity_start: int = 0,
     tail_lists: Sequence[str] = (),
     tail_start: int = 0,
+    memo: PlacementMemo | None = None,
 ) -> tuple[list[Candidate], list[EventCandidate], dict[str, int]]:
     """The fused order applied to the candidates: each gets its normalised RRF score as
     ``formula`` and ``final`` (so the optional reranker blends into it as it does into the
@@ -166,28 +279,21 @@ def fuse_candidates(
     units from a day already shown ``diversity_free`` times above (``diversity.diversify``),
     below the first ``diversity_start`` units. ``tail_start`` > 0: the lists named in
     ``tail_lists`` count only below the first ``tail_start`` units — those are the fusion
-    of the other lists, the rest the fusion of all (ADR-0034). Returns facts and turns best
-    first, and how many units fusion dropped as repeats."""
+    of the other lists, the rest the fusion of all (ADR-0034). ``memo`` (one dict per call)
+    keeps placements for a later fusion of the same call over the same lists (ADR-0039).
+    Returns facts and turns best first, and how many units fusion dropped as repeats."""
+    present, sources, when_of = _inputs(lists, facts, events)
+    diversity = (diversity_penalty, diversity_free, diversity_start)
+    placed, scale, n_fused = _placed(present, weights, k, sources, when_of, time_windows, time_boost, diversity,
+                                     memo)
+    normalised = [(u, v / scale) for u, v in placed]
+    head_weights = _head_weights(present, weights, tail_lists) if tail_start > 0 else None
+    if head_weights is not None:
+        head, head_scale, _ = _placed(present, head_weights, k, sources, when_of, time_windows,
+                                      time_boost, diversity, memo)
+        normalised = _tail_only([(u, v / head_scale) for u, v in head], normalised, sources, tail_start)
     by_fact = {c.fact_id: c for c in facts}
     by_event = {e.message_id: e for e in events}
-    present = {
-        name: (kind, [i for i in ids if i in (by_fact if kind == FACT else by_event)])
-        for name, (kind, ids) in lists.items()
-    }
-    sources = {c.fact_id: c.row.source_message_ids for c in facts}
-
-    def when_of(u: Fused) -> datetime | None:
-        return by_fact[u.unit_id].row.valid_from if u.kind == FACT else by_event[u.unit_id].occurred_at
-
-    diversity = (diversity_penalty, diversity_free, diversity_start)
-    placed, scale, n_fused = _place(present, weights, k, sources, when_of, time_windows, time_boost, diversity)
-    normalised = [(u, v / scale) for u, v in placed]
-    tail_on = [n for n in tail_lists if float(weights.get(n, 0.0)) > 0.0 and present.get(n, ("", []))[1]]
-    if tail_start > 0 and tail_on:
-        head_weights = {n: (0.0 if n in tail_on else w) for n, w in weights.items()}
-        head, head_scale, _ = _place(present, head_weights, k, sources, when_of, time_windows,
-                                           time_boost, diversity)
-        normalised = _tail_only([(u, v / head_scale) for u, v in head], normalised, sources, tail_start)
     out_facts: list[Candidate] = []
     out_events: list[EventCandidate] = []
     rank_keys = {name: f"rank_{name}" for name in lists}

@@ -42,7 +42,7 @@ from engramdb.services.retrieve import (
 )
 from engramdb.services.retrieve.config import RetrieveConfig
 from engramdb.services.retrieve.decompose import fuse_runs, sub_queries
-from engramdb.services.retrieve.fusion import EVENT, FACT, fuse_candidates
+from engramdb.services.retrieve.fusion import EVENT, FACT, fuse_candidates, head_units
 from engramdb.services.retrieve.models import (
     RetrievalPlan,
     RetrieveResult,
@@ -181,10 +181,10 @@ class Retriever:
             plan, anchor, ranked, n_fact_candidates, f_events = self._fact_stages(call, conn)
         events, event_rows = self._events(call, f_events, anchor)
         if cfg.ranking == "rrf":
-            candidates = (ranked, events)  # the second fusion (``_tail``) starts from these again
-            ranked, events = self._fuse(call, ranked, events, anchor)
             if tail_lists.enabled(cfg.rrf_weights):
-                ranked, events = self._tail(call, candidates, ranked, events, anchor)
+                ranked, events = self._tail(call, ranked, events, anchor)
+            else:
+                ranked, events = self._fuse(call, ranked, events, anchor)
             if cfg.decompose:
                 ranked, events = self._decomposed(call, ranked, events, anchor)
         with trace.stage("rerank"):
@@ -429,55 +429,72 @@ class Retriever:
     ) -> tuple[list[Candidate], list[EventCandidate]]:
         """Facts and turns in one reciprocal-rank fusion of the signals' rankings (ADR-0009),
         then the time and diversity levers when switched on (ADR-0021)."""
+        with call.trace.stage("fuse"):
+            ranked, events, counts = fuse_candidates(call.lists, call.cfg.rrf_weights, call.cfg.rrf_k, ranked, events,
+                                                     **self._fusion_settings(call, ranked, anchor))
+        call.trace.count(**counts)
+        return ranked, events
+
+    def _fusion_settings(self, call: Call, ranked: list[Candidate], anchor: datetime) -> dict[str, Any]:
+        """The lists only the formula's ranking gives (once per call: a second fusion gets the
+        formula's order, not its own) and the call's fusion arguments beside the lists."""
         cfg = call.cfg
-        windows = time_windows(call.query, anchor) if cfg.time_boost > 0.0 else []
-        if windows:
-            call.trace.note(time_windows=[str(w) for w in windows])
-        if "fact_formula" not in call.lists:  # a second fusion (``_tail``) gets the formula's order, not its own
+        if call.windows is None:
+            call.windows = time_windows(call.query, anchor) if cfg.time_boost > 0.0 else []
+            if call.windows:
+                call.trace.note(time_windows=[str(w) for w in call.windows])
+        if "fact_formula" not in call.lists:
             call.lists["fact_formula"] = (FACT, [c.fact_id for c in ranked])
             linked = [c for c in ranked if max(c.signals.get("graph", 0.0), c.signals.get("spreading", 0.0)) > 0.0]
             linked.sort(key=lambda c: (-max(c.signals.get("graph", 0.0), c.signals.get("spreading", 0.0)), c.fact_id))
             call.lists["fact_graph"] = (FACT, [c.fact_id for c in linked])
-        with call.trace.stage("fuse"):
-            ranked, events, counts = fuse_candidates(call.lists, cfg.rrf_weights, cfg.rrf_k, ranked, events,
-                                                     cfg.diversity_penalty, windows, cfg.time_boost,
-                                                     cfg.diversity_free, cfg.diversity_start,
-                                                     subject_sweep.PERSON_LISTS + tail_lists.TAIL_LISTS,
-                                                     cfg.person_lists_from)
-        call.trace.count(**counts)
-        return ranked, events
+        return {"diversity_penalty": cfg.diversity_penalty, "time_windows": call.windows,
+                "time_boost": cfg.time_boost, "diversity_free": cfg.diversity_free,
+                "diversity_start": cfg.diversity_start,
+                "tail_lists": subject_sweep.PERSON_LISTS + tail_lists.TAIL_LISTS,
+                "tail_start": cfg.person_lists_from, "memo": call.placements}
+
+    def _top_units(
+        self, call: Call, ranked: list[Candidate], events: list[EventCandidate], anchor: datetime, n: int
+    ) -> list[tuple[str, str]]:
+        """The first fusion's top ``n`` (the tail lists' anchors) from its head's placement
+        (``fusion.head_units``); the full fusion only when the top reaches below the head."""
+        settings = self._fusion_settings(call, ranked, anchor)
+        units = head_units(call.lists, call.cfg.rrf_weights, call.cfg.rrf_k, ranked, events, n, **settings)
+        if units is not None:
+            return units
+        fused, fused_events, _ = fuse_candidates(call.lists, call.cfg.rrf_weights, call.cfg.rrf_k,
+                                                 ranked, events, **settings)
+        return tail_lists.top_units(fused, fused_events, n)
 
     def _tail(
-        self,
-        call: Call,
-        candidates: tuple[list[Candidate], list[EventCandidate]],
-        fused: list[Candidate],
-        fused_events: list[EventCandidate],
-        anchor: datetime,
+        self, call: Call, candidates: list[Candidate], candidate_events: list[EventCandidate], anchor: datetime
     ) -> tuple[list[Candidate], list[EventCandidate]]:
         """ADR-0037: the tail lists (``fact_feedback`` / ``message_feedback``,
-        ``message_neighbour``) from the first fusion's top (``fused``, ``fused_events``), their
-        new facts and turns hydrated as candidates, then the fusion again over every candidate
-        the first one had (``candidates``: not its output, which lacks the units it dropped as
-        repeats — without them every list's ranks would shift and the head would move) plus
-        the new ones, the tail lists counted below ``person_lists_from``."""
+        ``message_neighbour``) from the top of the fusion of the other lists, their new facts
+        and turns hydrated as candidates, then the fusion over every candidate plus the new
+        ones, the tail lists counted below ``person_lists_from``. The top comes from the head's
+        placement, which the final fusion then reuses (ADR-0039): one fusion per call, not two."""
         cfg, trace = call.cfg, call.trace
-        ranked, events = fused, fused_events
         qvec = call.query_vector()
         out = tail_lists.TailOut()
+        sources = {c.fact_id: c.row.source_message_ids for c in candidates}
+        turn_rows: dict[str, tuple[Any, ...]] = {}
         with trace.stage("tail_lists"), self.pool.connection() as conn:
             if qvec is not None and tail_lists.enabled(cfg.rrf_weights, tail_lists.FEEDBACK_LISTS):
                 fb = tail_lists.feedback(
-                    conn, call.agent_id, qvec, tail_lists.top_units(ranked, events, cfg.feedback_depth),
+                    conn, call.agent_id, qvec, self._top_units(call, candidates, candidate_events, anchor,
+                                                               cfg.feedback_depth),
                     beta=cfg.feedback_beta, as_of=call.as_of, min_confidence=cfg.min_confidence,
                     limit=cfg.candidate_pool, ef_search=cfg.hnsw_ef_search, exact_rows=self.exact_search_rows)
                 out.fact_ids, out.message_ids = fb.fact_ids, fb.message_ids
             if tail_lists.enabled(cfg.rrf_weights, tail_lists.NEIGHBOUR_LISTS):
-                sources = {c.fact_id: c.row.source_message_ids for c in ranked}
-                anchors = tail_lists.anchor_turns(tail_lists.top_units(ranked, events, cfg.neighbour_depth), sources)
-                pairs = tail_lists.neighbour_pairs(conn, call.agent_id, anchors, cfg.neighbour_span, call.as_of)
-                out.neighbour_ids = tail_lists.order_neighbours(anchors, pairs, cfg.neighbour_order)[: cfg.candidate_pool]
-            ranked, events = list(candidates[0]), list(candidates[1])
+                top = self._top_units(call, candidates, candidate_events, anchor, cfg.neighbour_depth)
+                anchors = tail_lists.anchor_turns(top, sources)
+                near = tail_lists.neighbours(conn, call.agent_id, anchors, cfg.neighbour_span, call.as_of, qvec)
+                out.neighbour_ids = tail_lists.order_neighbours(anchors, near.pairs, cfg.neighbour_order)[: cfg.candidate_pool]
+                turn_rows = near.rows
+            ranked, events = list(candidates), list(candidate_events)
             known_facts = {c.fact_id for c in ranked}
             new_fact_ids = [f for f in out.fact_ids if f not in known_facts]
             if new_fact_ids:
@@ -487,7 +504,9 @@ class Retriever:
             known_events = {e.message_id for e in events}
             new_ids = [m for m in dict.fromkeys(out.message_ids + out.neighbour_ids) if m not in known_events]
             if new_ids:
-                rows_ = signals.message_rows(conn, call.agent_id, new_ids, qvec)
+                missing = [m for m in new_ids if m not in turn_rows]  # the feedback list's turns
+                rows_ = [turn_rows[m] for m in new_ids if m in turn_rows]
+                rows_ += signals.message_rows(conn, call.agent_id, missing, qvec) if missing else []
                 events += rank_events(rows_, {m: {"listed": 1.0} for m in new_ids}, cfg, call.floor, anchor)
         call.lists["fact_feedback"] = (FACT, out.fact_ids)
         call.lists["message_feedback"] = (EVENT, out.message_ids)

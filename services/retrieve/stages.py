@@ -13,9 +13,11 @@ from engramdb.domain.ports import LLMProvider
 from engramdb.services.retrieve import rerank, signals
 from engramdb.services.retrieve.config import RetrieveConfig
 from engramdb.services.retrieve.formatter import format_context
+from engramdb.services.retrieve.fusion import PlacementMemo
 from engramdb.services.retrieve.models import RetrievalPlan, ScoredEvent, ScoredFact, ScoredPattern
 from engramdb.services.retrieve.planner import PlannerLookup, QueryAnalysis, build_plan, load_lookup
 from engramdb.services.retrieve.rank import Candidate, EventCandidate, order_key
+from engramdb.services.retrieve.timeexpr import Window
 from engramdb.services.retrieve.trace import Trace, ms
 
 # (keyword facts, their ms, semantic facts, their ms) from the side connection
@@ -45,6 +47,8 @@ class Call:
     subject_rows: list[tuple[Any, ...]] = field(default_factory=list)  # turns the subject sweep found
     # table -> exact search (True) or HNSW (False) for this agent, ``size_gate``; None: decide in SQL
     small: dict[str, bool | None] = field(default_factory=dict)
+    windows: list[Window] | None = None  # the query's time windows, once fusion first asks
+    placements: PlacementMemo = field(default_factory=dict)  # fusion's, kept for the call (ADR-0039)
 
     def query_vector(self) -> str | None:
         """For the workers: the vector, or ``None`` if embedding failed (the main thread

@@ -24,6 +24,7 @@ from typing import Any
 
 from engramdb.services.retrieve.fusion import EVENT, FACT
 from engramdb.services.retrieve.rank import Candidate, EventCandidate
+from engramdb.services.retrieve.signals.messages import turn_row
 from engramdb.services.retrieve.signals.shared import message_visibility
 from engramdb.services.retrieve.subject_sweep import Subject, sweep
 
@@ -145,32 +146,54 @@ def neighbour_pairs(
     conn: Any, agent_id: str, anchors: Sequence[str], span: int, as_of: Any
 ) -> list[tuple[str, str, int]]:
     """(anchor, neighbour, offset) for the ``span`` visible turns said just before (offset −1,
-    −2, …) and just after (1, 2, …) each anchor in the anchor's session, turns ordered as said
-    (``occurred_at``, then as recorded, then by id). Each side is a short walk of the
-    ``(agent_id, occurred_at)`` index from the anchor's time (a LATERAL ``LIMIT span``), so
-    the cost follows the anchors, not the agent's size."""
+    −2, …) and just after (1, 2, …) each anchor in the anchor's session (``neighbours``)."""
+    return neighbours(conn, agent_id, anchors, span, as_of).pairs
+
+
+@dataclass
+class Neighbours:
+    """The (anchor, neighbour, offset) pairs and each neighbour's turn row (``turn_row``)."""
+
+    pairs: list[tuple[str, str, int]] = field(default_factory=list)
+    rows: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+
+
+def neighbours(
+    conn: Any, agent_id: str, anchors: Sequence[str], span: int, as_of: Any, qvec: str | None = None
+) -> Neighbours:
+    """The ``span`` visible turns said just before (offset −1, −2, …) and just after (1, 2,
+    …) each anchor in the anchor's session, turns ordered as said (``occurred_at``, then as
+    recorded, then by id), with their rows (cosine to ``qvec``). Each side is a short walk of
+    the ``(agent_id, occurred_at)`` index from the anchor's time (a LATERAL ``LIMIT span``),
+    so the cost follows the anchors, not the agent's size. The rows come in the same
+    statement (ADR-0039): a second round trip for them sat on the call's serial path."""
     if not anchors or span <= 0:
-        return []
+        return Neighbours()
     visible = message_visibility(as_of, "n")
     side = """
-        SELECT a.message_id, x.message_id, {sign} * x.k
+        SELECT a.message_id AS anchor, {sign} * x.k AS k, x.*
           FROM a, LATERAL (
-            SELECT n.message_id, row_number() OVER (ORDER BY n.occurred_at {o}, n.recorded_at {o}, n.message_id {o}) AS k
+            SELECT {row}, row_number() OVER (ORDER BY n.occurred_at {o}, n.recorded_at {o}, n.message_id {o}) AS k
               FROM mem_messages n
              WHERE n.agent_id = %(a)s AND n.session_id = a.session_id
                AND (n.occurred_at, n.recorded_at, n.message_id) {cmp} (a.occurred_at, a.recorded_at, a.message_id)
                AND {visible}
              ORDER BY n.occurred_at {o}, n.recorded_at {o}, n.message_id {o}
              LIMIT %(span)s) x"""
-    rows = conn.execute(
+    row = turn_row("n")
+    found = conn.execute(
         "WITH a AS MATERIALIZED (SELECT m.message_id, m.session_id, m.occurred_at, m.recorded_at FROM mem_messages m"
         " WHERE m.agent_id = %(a)s AND m.message_id = ANY(%(ids)s) AND m.session_id IS NOT NULL)"
-        + side.format(sign="-1", o="DESC", cmp="<", visible=visible)
+        + side.format(sign="-1", o="DESC", cmp="<", visible=visible, row=row)
         + " UNION ALL"
-        + side.format(sign="1", o="ASC", cmp=">", visible=visible),
-        {"a": agent_id, "ids": list(anchors), "span": int(span), "t": as_of},
+        + side.format(sign="1", o="ASC", cmp=">", visible=visible, row=row),
+        {"a": agent_id, "ids": list(anchors), "span": int(span), "t": as_of, "q": qvec},
     ).fetchall()
-    return [(str(a), str(n), int(d)) for a, n, d in rows]
+    out = Neighbours()
+    for anchor, offset, *turn, _ in found:
+        out.pairs.append((str(anchor), str(turn[0]), int(offset)))
+        out.rows[str(turn[0])] = tuple(turn)
+    return out
 
 
 __all__ = [
@@ -182,7 +205,9 @@ __all__ = [
     "enabled",
     "feedback",
     "feedback_vector",
+    "Neighbours",
     "neighbour_pairs",
+    "neighbours",
     "order_neighbours",
     "top_units",
 ]

@@ -19,9 +19,15 @@ from engramdb.services.retrieve.signals.shared import (
 
 # A turn's row as every turn signal returns it (``rank_events`` reads this shape): id, text,
 # when, who, session, and its cosine to the query vector ``%(q)s`` (NULL without one).
-TURN_ROW = ("m.message_id, m.text, m.occurred_at, m.speaker, m.session_id,"
-            " CASE WHEN m.embedding IS NULL OR %(q)s::vector IS NULL THEN NULL"
-            " ELSE 1 - (m.embedding <=> %(q)s::vector) END")
+def turn_row(alias: str) -> str:
+    """A turn's row columns as ``rank_events`` reads them, its cosine to ``%(q)s`` in SQL."""
+    m = alias
+    return (f"{m}.message_id, {m}.text, {m}.occurred_at, {m}.speaker, {m}.session_id,"
+            f" CASE WHEN {m}.embedding IS NULL OR %(q)s::vector IS NULL THEN NULL"
+            f" ELSE 1 - ({m}.embedding <=> %(q)s::vector) END")
+
+
+TURN_ROW = turn_row("m")
 
 
 def message_events(
