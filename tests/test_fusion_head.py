@@ -1,4 +1,4 @@
-"""ADR-0039: the tail lists' anchors come from the head's placement alone, and a call's
+"""ADR-0041: the tail lists' anchors come from the head's placement alone, and a call's
 second fusion reuses the first's head — both must give exactly what full fusions give."""
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ def test_the_neighbour_list_brings_the_turn_said_after_a_found_turn(
     ranks = {e.message_id: e.scores.get("rank_message_neighbour") for e in on.events}
     assert on.events[0].message_id == "m_camp"  # the head is the other lists' fusion
     assert ranks.get("m_q") == 1.0 and ranks.get("m_next") == 2.0  # the turn before first on a tie
-    # the neighbour's row comes with the neighbours' statement (ADR-0039): all of it, as said
+    # the neighbour's row comes with the neighbours' statement (ADR-0041): all of it, as said
     said_next = next(e for e in on.events if e.message_id == "m_next")
     assert (said_next.text, said_next.speaker, said_next.session_id) == (
         "The kids loved roasting marshmallows", "Tim", "s7")
