@@ -199,7 +199,7 @@ def _placed(
     diversity: tuple[float, int, int],
     memo: PlacementMemo | None,
 ) -> tuple[list[tuple[Fused, float]], float, int]:
-    """``_place``, once per call for the same lists (ADR-0039: the head of the fusion after
+    """``_place``, once per call for the same lists (ADR-0041: the head of the fusion after
     the tail lists is the fusion before them; both used to be computed)."""
     if memo is None:
         return _place(present, weights, k, sources, when_of, time_windows, time_boost, diversity)
@@ -229,7 +229,7 @@ def head_units(
     would rank — in the order ``tail_lists.top_units`` reads them from its output (fused
     score rounded as the output carries it, facts first on a tie) — from the head's placement
     alone. Why: the tail lists only need the first fusion's top 10; placing every unit of
-    it twice and writing scores onto the candidates cost a full fusion per call (ADR-0039).
+    it twice and writing scores onto the candidates cost a full fusion per call (ADR-0041).
     None when the top ``n`` would reach below the head (``n`` > ``tail_start`` or a head
     shorter than ``n``): the caller then fuses in full."""
     present, sources, when_of = _inputs(lists, facts, events)
@@ -280,7 +280,7 @@ def fuse_candidates(
     below the first ``diversity_start`` units. ``tail_start`` > 0: the lists named in
     ``tail_lists`` count only below the first ``tail_start`` units — those are the fusion
     of the other lists, the rest the fusion of all (ADR-0034). ``memo`` (one dict per call)
-    keeps placements for a later fusion of the same call over the same lists (ADR-0039).
+    keeps placements for a later fusion of the same call over the same lists (ADR-0041).
     Returns facts and turns best first, and how many units fusion dropped as repeats."""
     present, sources, when_of = _inputs(lists, facts, events)
     diversity = (diversity_penalty, diversity_free, diversity_start)

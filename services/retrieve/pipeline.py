@@ -474,7 +474,7 @@ class Retriever:
         ``message_neighbour``) from the top of the fusion of the other lists, their new facts
         and turns hydrated as candidates, then the fusion over every candidate plus the new
         ones, the tail lists counted below ``person_lists_from``. The top comes from the head's
-        placement, which the final fusion then reuses (ADR-0039): one fusion per call, not two."""
+        placement, which the final fusion then reuses (ADR-0041): one fusion per call, not two."""
         cfg, trace = call.cfg, call.trace
         qvec = call.query_vector()
         out = tail_lists.TailOut()

@@ -48,7 +48,7 @@ class Call:
     # table -> exact search (True) or HNSW (False) for this agent, ``size_gate``; None: decide in SQL
     small: dict[str, bool | None] = field(default_factory=dict)
     windows: list[Window] | None = None  # the query's time windows, once fusion first asks
-    placements: PlacementMemo = field(default_factory=dict)  # fusion's, kept for the call (ADR-0039)
+    placements: PlacementMemo = field(default_factory=dict)  # fusion's, kept for the call (ADR-0041)
 
     def query_vector(self) -> str | None:
         """For the workers: the vector, or ``None`` if embedding failed (the main thread

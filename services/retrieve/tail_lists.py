@@ -166,7 +166,7 @@ def neighbours(
     recorded, then by id), with their rows (cosine to ``qvec``). Each side is a short walk of
     the ``(agent_id, occurred_at)`` index from the anchor's time (a LATERAL ``LIMIT span``),
     so the cost follows the anchors, not the agent's size. The rows come in the same
-    statement (ADR-0039): a second round trip for them sat on the call's serial path."""
+    statement (ADR-0041): a second round trip for them sat on the call's serial path."""
     if not anchors or span <= 0:
         return Neighbours()
     visible = message_visibility(as_of, "n")
