@@ -50,6 +50,7 @@ from bench.latency_report import HEADER, Run, agreement, row, summarise  # noqa:
 from bench.throwaway_db import database_url  # noqa: E402
 from engramdb.infra.pgsql import vector_literal  # noqa: E402
 from engramdb.infra.read_pool import open_worker_pool  # noqa: E402
+from engramdb.services.process_heap import settle
 from engramdb.services.retrieve import Retriever  # noqa: E402
 from engramdb.services.retrieve.config import RetrieveConfig  # noqa: E402
 from engramdb.services.retrieve.pipeline import EXACT_SEARCH_ROWS  # noqa: E402
@@ -157,11 +158,13 @@ def load_text() -> str:
 
 
 def measure_size(size: int, contenders: dict[str, Callable[[str], Outcome]], queries: list[str],
-                 runs: int) -> dict[str, Any]:
+                 runs: int, settle_heap: bool = True) -> dict[str, Any]:
     """Every run passes every query through every contender (order rotated per run)."""
     for call in contenders.values():
         for text in queries[:10]:  # warm-up: caches, prepared statements, pools
             call(text)
+    if settle_heap:  # as ``engramdb serve`` does once started (ADR-0041)
+        settle()
     labels = list(contenders)
     per: dict[str, list[Run]] = {k: [] for k in labels}
     tops: dict[str, dict[str, tuple[list[str], list[str]]]] = {k: {} for k in labels}
@@ -211,6 +214,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--skip-embedder", action="store_true",
                     help="leave the query embedding out (precomputed vectors only)")
     ap.add_argument("--no-exact-stats", action="store_true", help="do not run the exact-stats contender")
+    ap.add_argument("--heap-as-is", action="store_true",
+                    help="do not freeze the warmed-up heap out of garbage collection (the server does, ADR-0041)")
     ap.add_argument("--overrides", type=json.loads, default=None, metavar="JSON",
                     help="also measure the Retriever with these config_overrides, in the same runs")
     ap.add_argument("--compare", help="importable package with another Retriever to measure alongside")
@@ -259,7 +264,7 @@ def measure(url: str, schema: str, keep: bool, args: argparse.Namespace, sizes: 
             if not args.no_exact_stats:
                 contenders["exact-stats"] = exact_stats_call(retrievers["engramdb"], agent)
             queries = queries_for(size, args.queries, names[agent], vocab, centroids, embedder)
-            summaries += report(size, measure_size(size, contenders, queries, args.runs), "facts-cosine")
+            summaries += report(size, measure_size(size, contenders, queries, args.runs, not args.heap_as_is), "facts-cosine")
         for r in retrievers.values():
             r.close()
         workers.close()

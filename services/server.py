@@ -29,6 +29,7 @@ from engramdb.services.jobs.schedule import start_jobs
 from engramdb.services.memory import Memory
 from engramdb.services.nats_manage import register_manage
 from engramdb.services.nats_retrieve import create_retrieve_broker, retrieve_subject
+from engramdb.services.process_heap import settle
 from engramdb.services.shutdown import ShutdownRequest, SignalFreeServer
 
 ROLES = ("all", "ingest", "projector", "retrieve", "jobs")
@@ -76,6 +77,7 @@ def _run(role: str, settings: Settings, shutdown: ShutdownRequest) -> None:
                 cell.pipeline, cell.pool, settings.extraction_retry_interval_sec,
                 leases=cell.database.url, lease_scope=cell.schema,
             ).start() for cell in memory.cells]
+        log.info("start-up objects frozen out of garbage collection: %d", settle())  # ADR-0041
         try:
             if shutdown.requested:
                 pass  # stopped while starting up

@@ -17,6 +17,7 @@ from engramdb.services.retrieve.signals.shared import (
     similarity_threshold,
 )
 
+
 # A turn's row as every turn signal returns it (``rank_events`` reads this shape): id, text,
 # when, who, session, and its cosine to the query vector ``%(q)s`` (NULL without one).
 def turn_row(alias: str) -> str:
