@@ -58,3 +58,46 @@ def matching_patterns(
         {"a": agent_id, "ids": fact_ids, "p": like_patterns, "t": as_of, "n": limit},
     ).fetchall()
     return [(r[0], r[1], float(r[2]), list(r[3] or []), int(r[4])) for r in rows]
+
+
+def patterns_near(
+    conn: Any,
+    agent_id: str,
+    fact_ids: list[str],
+    like_patterns: list[str],
+    as_of: datetime | None,
+) -> list[tuple[str, str, float, list[str], bool]]:
+    """Every pattern ``matching_patterns`` could return for any subset of ``fact_ids``:
+    (pattern_id, text, confidence, supporting_fact_ids, whether its text matches a LIKE
+    pattern), unordered — ``choose_patterns`` then picks as ``matching_patterns`` would for
+    the subset. Why: the retrieve call asks this for its candidates before it knows which of
+    them it returns, beside its last stages, instead of one more round trip after them."""
+    rows = conn.execute(
+        """
+        SELECT p.pattern_id, p.pattern_text, p.confidence, p.supporting_fact_ids,
+               p.pattern_text ILIKE ANY(%(p)s::text[]) AS matches
+          FROM mem_patterns p
+         WHERE p.agent_id = %(a)s
+           AND (%(t)s::timestamptz IS NULL OR p.recorded_at <= %(t)s::timestamptz)
+           AND (p.supporting_fact_ids && %(ids)s::text[] OR p.pattern_text ILIKE ANY(%(p)s::text[]))
+        """,
+        {"a": agent_id, "ids": fact_ids, "p": like_patterns, "t": as_of},
+    ).fetchall()
+    return [(r[0], r[1], float(r[2]), list(r[3] or []), bool(r[4])) for r in rows]
+
+
+def choose_patterns(
+    near: list[tuple[str, str, float, list[str], bool]], fact_ids: list[str], limit: int
+) -> list[tuple[str, str, float, list[str], int]]:
+    """``matching_patterns``' answer for ``fact_ids`` (a subset of those ``near`` was asked
+    for), from ``near``: supported by them or matching, most supporting facts first, then
+    confidence, then id (codepoint order: the same as the database's for the ids engramdb
+    makes)."""
+    wanted = set(fact_ids)
+    picked = []
+    for pid, text, conf, support, matches in near:
+        overlap = len(set(support) & wanted)
+        if overlap or matches:
+            picked.append((pid, text, conf, support, overlap))
+    picked.sort(key=lambda r: (-r[4], -r[2], r[0]))
+    return picked[: max(0, limit)]

@@ -179,6 +179,7 @@ class Retriever:
             # One connection, statements in sequence: on a 2-core box five concurrent signals
             # only time-slice, and every extra connection/round trip costs a context switch.
             plan, anchor, ranked, n_fact_candidates, f_events = self._fact_stages(call, conn)
+        f_patterns = self._prefetch_patterns(call, ranked)
         events, event_rows = self._events(call, f_events, anchor)
         if cfg.ranking == "rrf":
             if tail_lists.enabled(cfg.rrf_weights):
@@ -193,7 +194,7 @@ class Retriever:
             call.reranked = rerank_trace.get("status") == "ok"
         ranked, events = job_levers.reweight(self.pool, call, ranked, events)  # ADR-0030
         facts, scored_events = select(call, ranked, events)
-        patterns = self._patterns(call, facts, scored_events)
+        patterns = self._patterns(call, facts, scored_events, f_patterns)
         profiles = profile_section.profiles_for(self.pool, call, plan)
         context = profile_section.format_with(
             call, profiles, lambda c: format_result(c, facts, patterns, scored_events))
@@ -536,13 +537,29 @@ class Retriever:
             facts, evs = fuse_runs(runs, call.cfg.rrf_k)
         return facts, evs
 
-    def _patterns(self, call: Call, facts: list[ScoredFact], events: list[ScoredEvent]) -> list[ScoredPattern]:
-        patterns: list[ScoredPattern] = []
-        if call.cfg.topk_patterns > 0 and (facts or events):
+    def _prefetch_patterns(self, call: Call, candidates: list[Candidate]) -> Future[signals.PatternsNear] | None:
+        """The patterns of every candidate fact, on a worker beside the last stages (ADR-0041);
+        ``_patterns`` then picks those of the facts it returns without a round trip."""
+        if call.cfg.topk_patterns <= 0:
+            return None
+        return self._workers.submit(self._patterns_near, call, [c.fact_id for c in candidates])
+
+    def _patterns_near(self, call: Call, candidate_ids: list[str]) -> signals.PatternsNear:
+        with self._workers.connection() as conn:
+            return signals.prefetch_patterns(conn, call.agent_id, candidate_ids, call.words, call.as_of)
+
+    def _patterns(
+        self, call: Call, facts: list[ScoredFact], events: list[ScoredEvent],
+        f_near: Future[signals.PatternsNear] | None = None,
+    ) -> list[ScoredPattern]:
+        if call.cfg.topk_patterns <= 0 or not (facts or events):
+            return []
+        fact_ids = [f.fact_id for f in facts]
+        found = None if f_near is None else signals.patterns_from(f_near.result(), fact_ids, call.words,
+                                                                 call.cfg.topk_patterns)
+        if found is None:  # no worker, or a returned fact the prefetch was not asked about
             with self.pool.connection() as conn:
-                for pid, text, conf, support, _overlap in signals.patterns_for(
-                    conn, call.agent_id, [f.fact_id for f in facts], call.words, call.cfg.topk_patterns, call.as_of
-                ):
-                    patterns.append(ScoredPattern(pattern_id=pid, text=text, score=round(conf, 6),
-                                                  supporting_fact_ids=support))
-        return patterns
+                found = signals.patterns_for(conn, call.agent_id, fact_ids, call.words, call.cfg.topk_patterns,
+                                             call.as_of)
+        return [ScoredPattern(pattern_id=pid, text=text, score=round(conf, 6), supporting_fact_ids=support)
+                for pid, text, conf, support, _overlap in found]

@@ -35,7 +35,12 @@ from engramdb.services.retrieve.signals.keyword import (
     tsquery_text,
 )
 from engramdb.services.retrieve.signals.messages import message_events, message_lists, message_rows
-from engramdb.services.retrieve.signals.patterns import patterns_for
+from engramdb.services.retrieve.signals.patterns import (
+    PatternsNear,
+    patterns_for,
+    patterns_from,
+    prefetch_patterns,
+)
 from engramdb.services.retrieve.signals.semantic import semantic_facts
 from engramdb.services.retrieve.signals.shared import (
     DF_CAP,
@@ -82,7 +87,10 @@ __all__ = [
     "message_rows",
     "message_visibility",
     "nearest_cte",
+    "PatternsNear",
     "patterns_for",
+    "patterns_from",
+    "prefetch_patterns",
     "semantic_facts",
     "set_hnsw",
     "similarity_threshold",
