@@ -148,7 +148,7 @@ class FoldWorkers:
         plan: Sequence[frozenset[int] | None],
         stop: int,
         shadows: dict[str, ShadowLoad],
-        fill: Callable[[dict[str, list[str]]], None],
+        fill: Callable[[dict[str, list[str]]], Any],
         out: Any,
         bar: Any = None,
     ) -> None:

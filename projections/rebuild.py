@@ -24,7 +24,6 @@ commits, then the new one — never an empty or half-built one. One rebuild per 
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -51,9 +50,10 @@ from engramdb.projections.tables import EMBEDDING_CACHE_DDL, READ_MODEL_META_DDL
 GROUP_EVENTS = 50_000  # at most this many events per group of agents (ADR-0032, ADR-0036)
 PIPELINE_GROUPS = 4  # a log is cut in at least this many groups, so folds overlap loads
 MIN_GROUP_EVENTS = 5_000  # ... unless they would be smaller than this (one pass)
-# fold workers (processes, ADR-0039): read+decode+fold+format off the loading process; on a
-# single core they would only compete with PostgreSQL's COPY
-FOLD_WORKERS = min(2, os.cpu_count() or 1)
+# fold workers (processes, ADR-0039): read+decode+fold+format off the loading process. Off by
+# default: on the 2 shared cores measured here they cost ~20% more CPU than the in-process
+# fold and were slower; a host with idle cores may pass ``fold_workers=2``
+FOLD_WORKERS = 0
 WORKER_PIPELINE_GROUPS = 4  # groups per worker: the first group's fold is the only wait
 
 
@@ -133,19 +133,17 @@ def rebuild(
                                                   embedder.dimensions, app.name, position)
                 bar = _progress(progress, position)
 
-                def fill_texts(texts: dict[str, list[str]]) -> None:
+                def fill(texts: dict[str, list[str]]) -> bool:
                     fresh = sum(_fill_embeddings(env, name, live, counting, texts.get(name, []))
                                 for name in names)
                     if fresh:  # many fresh cache rows: give the planner statistics before the
                         _analyze_cache(conninfo, live)  # load's lookups (index, not seq scan)
-
-                def fill(folds: dict[str, BulkFold]) -> None:
-                    fill_texts({name: fold.texts() for name, fold in folds.items()})
+                    return True  # in the cache now (embedded here, or by a projector): format again
 
                 if pool is not None:
                     loaded = FoldLoad(groups=len(plan))
                     t = time.perf_counter()
-                    pool.run(plan, position or 0, shadows, fill_texts, loaded, bar)
+                    pool.run(plan, position or 0, shadows, fill, loaded, bar)
                     loaded.seconds = time.perf_counter() - t
                 else:
                     loaded = fold_and_load(stream, plan, read_models, shadows, fill, bar,
@@ -246,7 +244,7 @@ def fold_and_load(
     plan: Sequence[frozenset[int] | None],
     read_models: Sequence[ReadModel],
     shadows: dict[str, ShadowLoad],
-    fill: Callable[[dict[str, BulkFold]], None],
+    fill: Callable[[dict[str, list[str]]], Any],
     bar: Any = None,
     fold: bool = True,
     overlap: bool = True,
@@ -259,9 +257,12 @@ def fold_and_load(
     process's Python; one after the other they added up. A loader thread COPYs group *i*
     (waiting on its socket with the GIL released) while this thread folds group *i + 1*.
     Memory: at most two groups' rows — the one loading and the one folding — so groups are half
-    the size they were (``GROUP_EVENTS``). ``fill`` (the embedding cache, which the COPY reads)
-    runs for a group after the previous load finished and before its own starts: it overlaps
-    nothing, so ``seconds - fill_seconds`` is the wall time of read+fold+load alone.
+    the size they were (``GROUP_EVENTS``). A group is formatted after the previous load
+    finished; the vector look-ups of the formatting report the texts the cache lacks, and only
+    then ``fill(texts)`` embeds them (and, if it returns true, the group is formatted again):
+    a warm cache costs no look-up beyond the formatting's own (before ADR-0039 every text was
+    looked up once more before it, ≈ 1 s at 100k facts). The fill and the second format
+    overlap nothing, so ``seconds - fill_seconds`` is the wall time of read+fold+load alone.
     ``overlap=False``: each load is waited for at once (the measurements' serial yardstick)."""
     out = FoldLoad(groups=len(plan))
     started = time.perf_counter()
@@ -278,10 +279,17 @@ def fold_and_load(
                 loading.result()
             t2 = time.perf_counter()
             out.wait_seconds += t2 - t1
-            fill(folds)
-            out.fill_seconds += time.perf_counter() - t2
-            prepared = {rm.name: shadows[rm.name].prepare(folds.pop(rm.name).rows)
+            missing: dict[str, list[str]] = {rm.name: [] for rm in read_models}
+            prepared = {rm.name: shadows[rm.name].prepare(folds[rm.name].rows, missing[rm.name])
                         for rm in read_models}
+            t3 = time.perf_counter()
+            # texts the cache lacks (a cold cache): embed them, then format the group again
+            if any(missing.values()) and fill(missing):
+                del prepared
+                prepared = {rm.name: shadows[rm.name].prepare(folds[rm.name].rows)
+                            for rm in read_models}
+            if any(missing.values()):
+                out.fill_seconds += time.perf_counter() - t3  # (and the second format)
             del folds  # the group's rows: freed, its COPY data kept until sent
             loading = loader.submit(_send_group, shadows, prepared)
             del prepared
