@@ -60,7 +60,10 @@ class WorkerSpec:
 def worker_main(spec: WorkerSpec, pipe: Any) -> None:
     """A worker's loop: one group per message until ``None`` (the process's target)."""
     try:
-        app = spec.application_class(spec.env)
+        # the tables exist (the rebuilding process opened the application): two workers
+        # running eventsourcing's unlocked DDL at once failed with "tuple concurrently updated"
+        app = spec.application_class({**spec.env, "CREATE_TABLE": "n",
+                                      "ENGRAMDB_CREATE_TABLE": "n"})
         rms = select(list(spec.read_models))
         conn = psycopg.connect(spec.conninfo, autocommit=True,
                                application_name="engramdb-rebuild-fold")
