@@ -15,8 +15,8 @@ Protocol per group (one duplex pipe per worker): the parent sends ``(key_bytes, 
 the worker folds and formats; if the cache lacked a vector for some text it sends
 ``("missing", {read model: texts})`` — the parent embeds them (its embedder, counted, the
 cache semantics of ADR-0005) and answers ``True`` — and formats again; then it sends
-``("done", events, {read model: [(table, blocks, rows)]}, fold_s, format_s)``. Errors come
-back as ``("error", traceback)``. Workers are started with ``spawn`` (the rebuilding process
+``("done", events, {read model: [(table, blocks, rows)]}, fold_s, {read model: format_s})``.
+Errors come back as ``("error", traceback)``. Workers are started with ``spawn`` (the rebuilding process
 holds connections, a connection pool and threads: ``fork`` would copy their locks).
 
 Memory: a worker folds one group at a time and is given its next group only once the parent
