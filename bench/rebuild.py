@@ -89,8 +89,9 @@ def generate(app: MemoryApplication, facts: int, agents: int, batch: int) -> int
     return k
 
 
-def _child(impl: str, env: dict[str, str], out: Any) -> None:
-    """One rebuild in a fresh process; sends its report and its own peak RSS (MiB)."""
+def _child(impl: str, env: dict[str, str], out: Any, fold_workers: int | None = None) -> None:
+    """One rebuild in a fresh process; sends its report, its own peak RSS and its fold
+    workers' (MiB), and the CPU seconds of the process and its workers."""
     counting = CountingEmbedder(HashEmbedder())
     if impl == "legacy":
         from bench.rebuild_legacy import rebuild_legacy
@@ -106,22 +107,27 @@ def _child(impl: str, env: dict[str, str], out: Any) -> None:
     else:
         from engramdb.projections.rebuild import rebuild
 
-        report = rebuild(MemoryApplication, env, counting)
+        report = rebuild(MemoryApplication, env, counting, fold_workers=fold_workers)
         load = report.load_seconds
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    out.send({**report.model_dump(), "load": load, "peak_rss_mb": rss,
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out.send({**report.model_dump(), "load": load, "peak_rss_mb": me.ru_maxrss / 1024,
+              "workers_peak_rss_mb": kids.ru_maxrss / 1024,
+              "cpu_s": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime,
               "embedder_calls": counting.calls})
 
 
-def run_in_child(impl: str, env: dict[str, str], code: str | None = None) -> dict[str, Any]:
+def run_in_child(impl: str, env: dict[str, str], code: str | None = None,
+                 fold_workers: int | None = None) -> dict[str, Any]:
     """``code``: a directory of exported sources the child imports ``engramdb`` from."""
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
     if code is None:
-        proc = ctx.Process(target=_child, args=(impl, env, child))
+        proc = ctx.Process(target=_child, args=(impl, env, child, fold_workers))
     else:
         proc = ctx.Process(target=exported.run,
                            args=(code, "bench.rebuild", "_child", impl, env, child))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc.start()
     child.close()
     try:
@@ -129,6 +135,10 @@ def run_in_child(impl: str, env: dict[str, str], code: str | None = None) -> dic
     except EOFError:
         raise RuntimeError(f"{impl} rebuild failed (see its traceback above)") from None
     proc.join()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # the child's CPU and its fold workers' (reaped by it), measured the same way for the
+    # exported baseline: Python's side of the rebuild, start-up included (not PostgreSQL's)
+    result["cpu_s"] = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
     return result
 
 
@@ -171,12 +181,15 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, float]:
         "swap_s": med(lambda r: r.get("swap_seconds", 0.0)),
         "blocked_s": med(lambda r: r.get("blocked_seconds", 0.0)),
         "peak_rss_mb": med(lambda r: r["peak_rss_mb"]),
+        "workers_peak_rss_mb": med(lambda r: r.get("workers_peak_rss_mb", 0.0)),
+        "cpu_us_per_event": med(lambda r: r.get("cpu_s", 0.0) / r["events"] * 1e6),
     }
 
 
 def measure(facts: int = 100_000, runs: int = 3, agents: int = 20, batch: int = 1000,
             legacy: bool = True, cold: bool = False, log: Any = print,
-            baseline: str | None = None) -> dict[str, Any]:
+            baseline: str | None = None,
+            fold_workers: list[int] | None = None) -> dict[str, Any]:
     """Generate, rebuild ``runs`` times per path in child processes; medians per path."""
     out: dict[str, Any] = {"facts": facts, "runs": runs}
     with bench_schema("bench_rb") as (url, env):
@@ -190,12 +203,17 @@ def measure(facts: int = 100_000, runs: int = 3, agents: int = 20, batch: int = 
         log(line("cold cache (new path)", first))
         if cold:
             out["cold"] = first
-        results: dict[str, list[dict[str, Any]]] = {"new": [], "baseline": [], "legacy": []}
-        impls = ["new", *(["baseline"] if baseline else []), *(["legacy"] if legacy else [])]
+        workers = fold_workers or [None]  # type: ignore[list-item]
+        variants = {"new": workers[0], **{f"new-w{w}": w for w in workers[1:]}}
+        results: dict[str, list[dict[str, Any]]] = {
+            **{v: [] for v in variants}, "baseline": [], "legacy": []}
+        impls = [*variants, *(["baseline"] if baseline else []), *(["legacy"] if legacy else [])]
         for _ in range(runs):
             for impl in impls:
                 if impl == "baseline":
                     r = run_in_child("new", env, baseline)
+                elif impl in variants:
+                    r = run_in_child("new", env, fold_workers=variants[impl])
                 else:
                     r = run_in_child(impl, env)
                 assert r["embedder_calls"] == 0, r
@@ -220,7 +238,8 @@ def line(label: str, r: dict[str, Any]) -> str:
         f"{_fold_load_seconds(r):.1f}s = {r['events'] / _fold_load_seconds(r):,.0f} ev/s, keys/indexes "
         f"{r.get('key_index_seconds', 0):.1f}s, HNSW {r['index_seconds']:.1f}s, swap "
         f"{r.get('swap_seconds', 0):.2f}s (readers blocked {r.get('blocked_seconds', 0):.3f}s)"
-        + (f", bare HNSW {r['bare_hnsw_s']:.1f}s" if "bare_hnsw_s" in r else "") + f"; peak RSS {r['peak_rss_mb']:.0f} MiB)"
+        + (f", bare HNSW {r['bare_hnsw_s']:.1f}s" if "bare_hnsw_s" in r else "") + f"; peak RSS {r['peak_rss_mb']:.0f} MiB, "
+        f"workers {r.get('workers_peak_rss_mb', 0):.0f} MiB; Python CPU {r.get('cpu_s', 0):.1f}s)"
     )
 
 
@@ -230,21 +249,26 @@ def report(m: dict[str, Any]) -> str:
     header = ("path", "read+fold ev/s", "load ev/s", "fold+load ev/s", "total ev/s",
               "keys+idx s", "HNSW s", "swap s", "readers blocked s", "peak RSS MiB")
     rows.append("  " + " | ".join(header))
-    for impl in ("new", "baseline", "legacy"):
+    for impl in [k for k in m if k.startswith("new")] + ["baseline", "legacy"]:
         s = m.get(impl)
-        if s:
+        if s and isinstance(s, dict) and "fold_load_ev_s" in s:
             rows.append(
                 f"  {impl} | {s['read_fold_ev_s']:,.0f} | {s['load_ev_s']:,.0f} | "
                 f"{s['fold_load_ev_s']:,.0f} | {s['total_ev_s']:,.0f} | {s['key_index_s']:.1f} | "
                 f"{s['hnsw_s']:.1f} | {s['swap_s']:.2f} | {s['blocked_s']:.3f} | "
-                f"{s['peak_rss_mb']:.0f}")
+                f"{s['peak_rss_mb']:.0f} (workers {s['workers_peak_rss_mb']:.0f}); "
+                f"rebuild process + workers CPU {s['cpu_us_per_event']:.0f} us/event")
     new, old, base = m["new"], m.get("legacy"), m.get("baseline")
-    if base:
-        rows.append(f"  fold+load speed-up vs the baseline: "
-                    f"{new['fold_load_ev_s'] / base['fold_load_ev_s']:.2f}x; read+fold "
-                    f"{new['read_fold_ev_s'] / base['read_fold_ev_s']:.2f}x; load "
-                    f"{new['load_ev_s'] / base['load_ev_s']:.2f}x; total "
-                    f"{new['total_ev_s'] / base['total_ev_s']:.2f}x")
+    for impl in [k for k in m if k.startswith("new")]:
+        v = m[impl]
+        if not base:
+            break
+        rows.append(f"  {impl}: fold+load speed-up vs the baseline: "
+                    f"{v['fold_load_ev_s'] / base['fold_load_ev_s']:.2f}x; read+fold "
+                    f"{v['read_fold_ev_s'] / base['read_fold_ev_s']:.2f}x; load "
+                    f"{v['load_ev_s'] / base['load_ev_s']:.2f}x; total "
+                    f"{v['total_ev_s'] / base['total_ev_s']:.2f}x; Python CPU per event "
+                    f"{v['cpu_us_per_event'] / base['cpu_us_per_event']:.2f}x")
     rows.append(f"  HNSW in the rebuild {new['hnsw_s']:.1f}s vs bare CREATE INDEX "
                 f"{m['bare_hnsw_s']:.1f}s on a copy of the same rows, right after each run: "
                 f"median ratio {m['hnsw_ratio']:.2f}x")
@@ -264,9 +288,12 @@ def main() -> None:
     parser.add_argument("--no-legacy", action="store_true", help="skip the previous path")
     parser.add_argument("--cold", action="store_true", help="keep the cold-cache report")
     parser.add_argument("--baseline", help="directory of exported sources to compare with")
+    parser.add_argument("--fold-workers", type=int, nargs="+",
+                        help="fold worker counts (ADR-0039): the first is 'new', the others "
+                        "'new-w<n>', alternated; default: the rebuild's own default")
     args = parser.parse_args()
     m = measure(args.facts, args.runs, args.agents, args.batch, legacy=not args.no_legacy,
-                cold=args.cold, baseline=args.baseline)
+                cold=args.cold, baseline=args.baseline, fold_workers=args.fold_workers)
     print(report(m))
 
 

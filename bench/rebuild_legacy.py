@@ -29,9 +29,11 @@ from typing import Any
 
 from eventsourcing.persistence import Tracking
 from psycopg import sql
+from psycopg.adapt import Dumper
 
 from engramdb.domain.ports import EmbeddingProvider
 from engramdb.infra.pgsql import set_search_path
+from engramdb.projections.bulk_copy import JsonbBytes
 from engramdb.projections.embeddings import (
     SQL_TEXT_HASH,
     CountingEmbedder,
@@ -200,6 +202,16 @@ def _write(
     return counts, indexing
 
 
+class _JsonbText(Dumper):
+    """The folds now give ``mem_facts.decided_by`` pre-encoded for the binary COPY
+    (``bulk_copy.JsonbBytes``, ADR-0039): its JSON text for this text COPY."""
+
+    oid = 3802  # jsonb
+
+    def dump(self, obj: Any) -> bytes:
+        return bytes(obj[1:])
+
+
 def _load(curs: Any, table: Table, rows: list[tuple[Any, ...]], model_id: str) -> int:
     if not rows:
         return 0
@@ -214,6 +226,7 @@ def _load(curs: Any, table: Table, rows: list[tuple[Any, ...]], model_id: str) -
                 target, sql.Identifier(table.name)
             )
         )
+    curs.connection.adapters.register_dumper(JsonbBytes, _JsonbText)
     with curs.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(target, col_list)) as copy:
         for row in rows:
             copy.write_row(row)

@@ -45,7 +45,7 @@ def _child(env: dict[str, str], group_events: int, out: Any, overlap: bool = Tru
         try:
             stream = LogStream(app, conninfo, position)
             plan = stream.plan(pipeline_group_events(position, group_events))
-            loaded = fold_and_load(stream, plan, models, shadows, lambda folds: None,
+            loaded = fold_and_load(stream, plan, models, shadows, lambda texts: None,
                                    overlap=overlap)
             events, read, total = loaded.events, loaded.fold_seconds, loaded.seconds
         finally:

@@ -27,8 +27,10 @@ from psycopg import Copy, sql
 from psycopg.adapt import Dumper, Loader
 from psycopg.copy import Writer
 from psycopg.pq import Format
+from psycopg.types.json import JsonbBinaryDumper
 
 from engramdb.projections.embeddings import text_hash
+from engramdb.projections.read_model import fast_dumps
 from engramdb.projections.tables import EMBEDDING, Table
 
 CHUNK = 2000  # rows per cache lookup (~3 MB of 384-d vectors)
@@ -49,7 +51,7 @@ def register_raw_vectors(conn: psycopg.Connection[Any]) -> None:
         format = Format.BINARY
 
         def dump(self, obj: Any) -> bytes:
-            return bytes(obj)
+            return obj  # type: ignore[no-any-return]  # already the wire form: no copy
 
     class _Loader(Loader):
         format = Format.BINARY
@@ -74,6 +76,28 @@ def _array_header(element_oid: int, n: int) -> bytes:
 
 _EMPTY_TEXT = _array_header(_TEXT, 0)
 _ONE_INT4 = struct.Struct("!iiiiiii")  # header of a 1-element int4[], its length, its value
+_ONE_TEXT = struct.Struct("!iiiiii")  # header of a 1-element text[] and its length
+
+
+class JsonbBytes(bytes):
+    """A jsonb value already in its binary wire form (version byte + JSON): what psycopg's
+    ``Jsonb`` dumper would produce, built by ``jsonb_bytes`` in one call per row instead of
+    a wrapper object and two Python dumper layers (the bulk load's ``decided_by``)."""
+
+
+def jsonb_bytes(value: Any) -> JsonbBytes:
+    """``Jsonb(value or {}, dumps=fast_dumps)`` as the binary COPY writes it."""
+    data = fast_dumps(value if value is not None else {})
+    return JsonbBytes(b"\x01" + (data.encode() if isinstance(data, str) else data))
+
+
+class _JsonbDumper(JsonbBinaryDumper):
+    """jsonb in binary: ``JsonbBytes`` passed through, anything else as psycopg dumps it."""
+
+    def dump(self, obj: Any) -> Any:
+        if type(obj) is JsonbBytes:
+            return obj
+        return super().dump(obj)
 
 
 class _TextArrayDumper(Dumper):
@@ -86,6 +110,9 @@ class _TextArrayDumper(Dumper):
     def dump(self, obj: Any) -> bytes:
         if not obj:
             return _EMPTY_TEXT
+        if len(obj) == 1 and type(item := obj[0]) is str:  # most rows: one source message
+            data = item.encode()
+            return _ONE_TEXT.pack(1, 0, _TEXT, 1, 1, len(data)) + data
         parts = [_array_header(_TEXT, len(obj))]
         for item in obj:
             if item is None:
@@ -114,6 +141,7 @@ def register_flat_arrays(conn: psycopg.Connection[Any]) -> None:
     ``conn`` only (a rebuild's load connection; COPY picks dumpers by column type)."""
     conn.adapters.register_dumper(FlatTextArray, _TextArrayDumper)
     conn.adapters.register_dumper(FlatInt4Array, _Int4ArrayDumper)
+    conn.adapters.register_dumper(JsonbBytes, _JsonbDumper)
 
 
 class FlatTextArray(list):  # type: ignore[type-arg]
@@ -189,12 +217,14 @@ def format_rows(
     oids: list[int],
     rows: Iterable[tuple[Any, ...]],
     model_id: str,
+    missing: list[str] | None = None,
 ) -> tuple[list[bytes], int]:
     """``rows`` in PostgreSQL's binary COPY format (signature and trailer included), with
     ``conn``'s dumpers but without using ``conn`` (it may be in a COPY on another thread):
     the blocks ``send_blocks`` writes. An embedded table's rows get their cached vector (NULL
-    if the cache lacks it, as the SQL join gave), looked up on ``cache``. Returns the blocks and
-    the number of rows."""
+    if the cache lacks it, as the SQL join gave), looked up on ``cache``; the texts it lacked
+    are appended to ``missing`` if given (a fold worker asks for them, ADR-0039). Returns the
+    blocks and the number of rows."""
     writer = _Blocks()
     count = 0
     with Copy(conn.cursor(), binary=True, writer=writer) as copy:
@@ -205,7 +235,7 @@ def format_rows(
                 count += 1
         else:
             assert cache is not None
-            count = _write_embedded(copy, cache, table, rows, model_id)
+            count = _write_embedded(copy, cache, table, rows, model_id, missing)
     return writer.blocks, count
 
 
@@ -246,7 +276,8 @@ def copy_rows(
 
 
 def _write_embedded(copy: Any, cache: psycopg.Connection[Any], table: Table,
-                    rows: Iterable[tuple[Any, ...]], model_id: str) -> int:
+                    rows: Iterable[tuple[Any, ...]], model_id: str,
+                    missing: list[str] | None = None) -> int:
     """Write ``rows`` with their cached vectors, chunk by chunk."""
     count = 0
     text_of = table.python_embedded_text
@@ -262,16 +293,20 @@ def _write_embedded(copy: Any, cache: psycopg.Connection[Any], table: Table,
         for chunk, hashes in chunks:
             ahead = pool.submit(cached_vectors, cache, model_id, hashes)
             if pending is not None:
-                count += _write_chunk(copy, *pending)
+                count += _write_chunk(copy, *pending, text_of, missing)
             pending = (chunk, hashes, ahead)
         if pending is not None:
-            count += _write_chunk(copy, *pending)
+            count += _write_chunk(copy, *pending, text_of, missing)
     return count
 
 
 def _write_chunk(copy: Any, chunk: list[tuple[Any, ...]], hashes: list[str],
-                 vectors: Future[dict[str, RawVector]]) -> int:
+                 vectors: Future[dict[str, RawVector]], text_of: Any = None,
+                 missing: list[str] | None = None) -> int:
     found = vectors.result()
+    if missing is not None and len(found) < len(set(hashes)):
+        missing.extend(text_of(row) for row, h in zip(chunk, hashes, strict=True)
+                       if h not in found)
     for row, h in zip(chunk, hashes, strict=True):
         copy.write_row((*row, found.get(h)))
     return len(chunk)

@@ -38,6 +38,7 @@ from engramdb.domain.ports import EmbeddingProvider
 from engramdb.infra.advisory_locks import namespace
 from engramdb.infra.pgsql import set_search_path
 from engramdb.projections.embeddings import CountingEmbedder, fill_cache_outside_transactions
+from engramdb.projections.fold_workers import FoldWorkers, WorkerSpec
 from engramdb.projections.log_stream import PAGE_SIZE, LogStream
 from engramdb.projections.positions import APPLICATION_NAME, _conninfo
 from engramdb.projections.read_model import BulkFold, ReadModel, datastore_factory
@@ -49,6 +50,11 @@ from engramdb.projections.tables import EMBEDDING_CACHE_DDL, READ_MODEL_META_DDL
 GROUP_EVENTS = 50_000  # at most this many events per group of agents (ADR-0032, ADR-0036)
 PIPELINE_GROUPS = 4  # a log is cut in at least this many groups, so folds overlap loads
 MIN_GROUP_EVENTS = 5_000  # ... unless they would be smaller than this (one pass)
+# fold workers (processes, ADR-0039): read+decode+fold+format off the loading process. Off by
+# default: on the 2 shared cores measured here they cost ~20% more CPU than the in-process
+# fold and were slower; a host with idle cores may pass ``fold_workers=2``
+FOLD_WORKERS = 0
+WORKER_PIPELINE_GROUPS = 4  # groups per worker: the first group's fold is the only wait
 
 
 class RebuildReport(BaseModel):
@@ -90,6 +96,7 @@ def rebuild(
     progress: bool = False,
     page_size: int = PAGE_SIZE,
     group_events: int = GROUP_EVENTS,
+    fold_workers: int | None = None,
 ) -> RebuildReport:
     """Rebuild ``projection`` (default: all) from the log and swap it in; see the module doc."""
     read_models = select(projection)
@@ -110,22 +117,37 @@ def rebuild(
             for name in names:
                 _prepare_cache(env, name, live)
             shadows: dict[str, ShadowLoad] = {}
+            pool: FoldWorkers | None = None
             try:
+                stream = LogStream(app, conninfo, position or 0, page_size)
+                workers = FOLD_WORKERS if fold_workers is None else fold_workers
+                plan = stream.plan(pipeline_group_events(position or 0, group_events,
+                                                         workers))
+                if workers > 0 and len(plan) > 1 and position is not None:
+                    # started first: their imports overlap the shadows' creation
+                    pool = FoldWorkers(WorkerSpec(application_class, env, conninfo, live,
+                                                  page_size, tuple(names), embedder.model_id),
+                                       min(workers, len(plan)))
                 for rm in read_models:
                     shadows[rm.name] = ShadowLoad(conninfo, live, rm, embedder.model_id,
                                                   embedder.dimensions, app.name, position)
-                stream = LogStream(app, conninfo, position or 0, page_size)
-                plan = stream.plan(pipeline_group_events(position or 0, group_events))
                 bar = _progress(progress, position)
 
-                def fill(folds: dict[str, BulkFold]) -> None:
-                    fresh = sum(_fill_embeddings(env, name, live, counting, folds[name])
+                def fill(texts: dict[str, list[str]]) -> bool:
+                    fresh = sum(_fill_embeddings(env, name, live, counting, texts.get(name, []))
                                 for name in names)
                     if fresh:  # many fresh cache rows: give the planner statistics before the
                         _analyze_cache(conninfo, live)  # load's lookups (index, not seq scan)
+                    return True  # in the cache now (embedded here, or by a projector): format again
 
-                loaded = fold_and_load(stream, plan, read_models, shadows, fill, bar,
-                                       fold=position is not None)
+                if pool is not None:
+                    loaded = FoldLoad(groups=len(plan))
+                    t = time.perf_counter()
+                    pool.run(plan, position or 0, shadows, fill, loaded, bar)
+                    loaded.seconds = time.perf_counter() - t
+                else:
+                    loaded = fold_and_load(stream, plan, read_models, shadows, fill, bar,
+                                           fold=position is not None)
                 events, read, embed = loaded.events, loaded.fold_seconds, loaded.fill_seconds
                 fold_load = loaded.seconds - loaded.fill_seconds
                 if bar is not None:
@@ -148,6 +170,8 @@ def rebuild(
                     swap += result.seconds
                     blocked += result.blocked_seconds
             finally:
+                if pool is not None:
+                    pool.close()
                 for shadow in shadows.values():  # a failed rebuild: roll its loads back
                     shadow.close()
     finally:
@@ -190,14 +214,17 @@ def _progress(progress: bool, position: int | None) -> Any:
     return tqdm(total=position, unit="ev", desc="rebuild")
 
 
-def pipeline_group_events(events: int, group_events: int) -> int:
+def pipeline_group_events(events: int, group_events: int, workers: int = 0) -> int:
     """The group size for a log of ``events``: at most ``group_events`` (memory), and small
     enough that the log is cut in ``PIPELINE_GROUPS`` groups — the first group's fold and the
     last one's load are the only steps ``fold_and_load`` cannot overlap —, but never below
-    ``MIN_GROUP_EVENTS`` (each group is a pass over the log: a small log is read once)."""
+    ``MIN_GROUP_EVENTS`` (each group is a pass over the log: a small log is read once).
+    With fold ``workers`` (ADR-0039), ``WORKER_PIPELINE_GROUPS`` groups per worker: nothing
+    is loaded until the first group is folded, so that group is kept small."""
     if group_events <= 0:
         return group_events
-    return min(group_events, max(MIN_GROUP_EVENTS, -(-events // PIPELINE_GROUPS)))
+    groups = max(PIPELINE_GROUPS, WORKER_PIPELINE_GROUPS * workers)
+    return min(group_events, max(MIN_GROUP_EVENTS, -(-events // groups)))
 
 
 @dataclass
@@ -217,7 +244,7 @@ def fold_and_load(
     plan: Sequence[frozenset[int] | None],
     read_models: Sequence[ReadModel],
     shadows: dict[str, ShadowLoad],
-    fill: Callable[[dict[str, BulkFold]], None],
+    fill: Callable[[dict[str, list[str]]], Any],
     bar: Any = None,
     fold: bool = True,
     overlap: bool = True,
@@ -230,9 +257,12 @@ def fold_and_load(
     process's Python; one after the other they added up. A loader thread COPYs group *i*
     (waiting on its socket with the GIL released) while this thread folds group *i + 1*.
     Memory: at most two groups' rows — the one loading and the one folding — so groups are half
-    the size they were (``GROUP_EVENTS``). ``fill`` (the embedding cache, which the COPY reads)
-    runs for a group after the previous load finished and before its own starts: it overlaps
-    nothing, so ``seconds - fill_seconds`` is the wall time of read+fold+load alone.
+    the size they were (``GROUP_EVENTS``). A group is formatted after the previous load
+    finished; the vector look-ups of the formatting report the texts the cache lacks, and only
+    then ``fill(texts)`` embeds them (and, if it returns true, the group is formatted again):
+    a warm cache costs no look-up beyond the formatting's own (before ADR-0039 every text was
+    looked up once more before it, ≈ 1 s at 100k facts). The fill and the second format
+    overlap nothing, so ``seconds - fill_seconds`` is the wall time of read+fold+load alone.
     ``overlap=False``: each load is waited for at once (the measurements' serial yardstick)."""
     out = FoldLoad(groups=len(plan))
     started = time.perf_counter()
@@ -242,17 +272,24 @@ def fold_and_load(
             t = time.perf_counter()
             folds = {rm.name: rm.fold() for rm in read_models}
             if fold:
-                out.events += _fold(stream, folds, key_bytes, bar)
+                out.events += fold_group(stream, folds, key_bytes, bar)
             t1 = time.perf_counter()
             out.fold_seconds += t1 - t
             if loading is not None:
                 loading.result()
             t2 = time.perf_counter()
             out.wait_seconds += t2 - t1
-            fill(folds)
-            out.fill_seconds += time.perf_counter() - t2
-            prepared = {rm.name: shadows[rm.name].prepare(folds.pop(rm.name).rows)
+            missing: dict[str, list[str]] = {rm.name: [] for rm in read_models}
+            prepared = {rm.name: shadows[rm.name].prepare(folds[rm.name].rows, missing[rm.name])
                         for rm in read_models}
+            t3 = time.perf_counter()
+            # texts the cache lacks (a cold cache): embed them, then format the group again
+            if any(missing.values()) and fill(missing):
+                del prepared
+                prepared = {rm.name: shadows[rm.name].prepare(folds[rm.name].rows)
+                            for rm in read_models}
+            if any(missing.values()):
+                out.fill_seconds += time.perf_counter() - t3  # (and the second format)
             del folds  # the group's rows: freed, its COPY data kept until sent
             loading = loader.submit(_send_group, shadows, prepared)
             del prepared
@@ -274,8 +311,8 @@ def _send_group(shadows: dict[str, ShadowLoad], prepared: dict[str, list[Prepare
         shadows[name].send(prepared.pop(name))
 
 
-def _fold(stream: LogStream, folds: dict[str, BulkFold], key_bytes: frozenset[int] | None,
-          bar: Any) -> int:
+def fold_group(stream: LogStream, folds: dict[str, BulkFold], key_bytes: frozenset[int] | None,
+               bar: Any) -> int:
     """One pass over the log for one group of agents, feeding every fold."""
     applies = [f.apply for f in folds.values()]
     count = 0
@@ -319,9 +356,8 @@ def _prepare_cache(env: dict[str, str], name: str, live: str) -> None:
 
 
 def _fill_embeddings(env: dict[str, str], name: str, live: str, embedder: CountingEmbedder,
-                     fold: BulkFold) -> int:
-    """Embed the fold's texts the cache lacks; returns how many were embedded."""
-    texts = fold.texts()
+                     texts: list[str]) -> int:
+    """Embed the texts the cache lacks; returns how many were embedded."""
     if not texts:
         return 0
     before = embedder.texts

@@ -151,15 +151,17 @@ class ShadowLoad:
         """COPY ``rows(table)`` of every table (one group's, or all of them)."""
         self.send(self.prepare(rows))
 
-    def prepare(self, rows: Callable[[str], Iterable[tuple[Any, ...]]]) -> list[Prepared]:
+    def prepare(self, rows: Callable[[str], Iterable[tuple[Any, ...]]],
+                missing: list[str] | None = None) -> list[Prepared]:
         """``rows(table)`` of every table in binary COPY format, vectors from the cache, ready
-        for ``send`` (which may run on another thread while this one folds on, ADR-0036)."""
+        for ``send`` (which may run on another thread while this one folds on, ADR-0036);
+        texts whose vector the cache lacked are appended to ``missing`` (ADR-0039)."""
         started = time.perf_counter()
         out = []
         for table in self.rm.tables:
             statement, oids = self.copies[table.name]
             blocks, count = format_rows(self.conn, self.cache, table, oids, rows(table.name),
-                                        self.model_id)
+                                        self.model_id, missing)
             out.append(Prepared(table.name, statement, blocks, count))
         self.prepare_seconds += time.perf_counter() - started
         return out

@@ -15,6 +15,7 @@ from engramdb.domain.aggregate import AgentMemory
 from engramdb.domain.fold import FactFold
 from engramdb.domain.jobs import AgentJobs
 from engramdb.domain.keys import fold
+from engramdb.projections.bulk_copy import jsonb_bytes
 from engramdb.projections.handlers import handles
 from engramdb.projections.read_model import BulkFold, jsonb
 from engramdb.projections.read_models.memory.tables import (
@@ -47,7 +48,7 @@ def _fact_tuple() -> Any:
 
     def values(row: Any) -> tuple[Any, ...]:
         v = get(row)
-        return (*v[:at], jsonb(row.decided_by), *v[at + 1:])
+        return (*v[:at], jsonb_bytes(row.decided_by), *v[at + 1:])
 
     return values
 
