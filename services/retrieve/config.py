@@ -160,6 +160,12 @@ class RetrieveConfig(BaseModel):
     neighbour_order: Literal["anchor", "distance"] = Field(default="anchor",
         description="(engramdb) message_neighbour: 'anchor' = the best anchor's turns first, nearest "
         "first, then the next anchor's; 'distance' = every anchor's nearest turns first (ADR-0037)")
+    neighbour_speakers: Literal["all", "named", "named-first", "named-list"] = Field(default="all",
+        description="(engramdb) message_neighbour: 'named' = when the question names one or two "
+        "people, only the turns they said are neighbours, neighbour_span of theirs a side "
+        "(ADR-0040); 'named-first' = those first, then the other turns; 'named-list' = 'named' "
+        "only when it also asks for several things (subject_sweep.is_list_question); 'all' = "
+        "every turn")
     recency_half_life_days: float = Field(default=14.0, gt=0.0, le=36_500.0)
     confidence_half_life_days: float = Field(default=180.0, gt=0.0, le=36_500.0, description="(engramdb)")
     confidence_decay_floor: float = Field(default=0.80, ge=0.0, le=1.0, description="(engramdb) confidence never decays below this share"

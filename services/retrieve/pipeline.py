@@ -475,8 +475,18 @@ class Retriever:
             if tail_lists.enabled(cfg.rrf_weights, tail_lists.NEIGHBOUR_LISTS):
                 sources = {c.fact_id: c.row.source_message_ids for c in ranked}
                 anchors = tail_lists.anchor_turns(tail_lists.top_units(ranked, events, cfg.neighbour_depth), sources)
-                pairs = tail_lists.neighbour_pairs(conn, call.agent_id, anchors, cfg.neighbour_span, call.as_of)
-                out.neighbour_ids = tail_lists.order_neighbours(anchors, pairs, cfg.neighbour_order)[: cfg.candidate_pool]
+                how = cfg.neighbour_speakers
+                if how == "named-list":
+                    how = "named" if subject_sweep.is_list_question(call.query) else "all"
+                named = call.subject_speakers if how != "all" else ()
+                pairs = tail_lists.neighbour_pairs(conn, call.agent_id, anchors, cfg.neighbour_span, call.as_of,
+                                                   named)
+                first, then = tail_lists.by_speaker(pairs, cfg.neighbour_span, how if named else "all")
+                ordered = tail_lists.order_neighbours(anchors, first, cfg.neighbour_order)
+                seen = set(ordered)
+                ordered += [m for m in tail_lists.order_neighbours(anchors, then, cfg.neighbour_order)
+                            if m not in seen]
+                out.neighbour_ids = ordered[: cfg.candidate_pool]
             ranked, events = list(candidates[0]), list(candidates[1])
             known_facts = {c.fact_id for c in ranked}
             new_fact_ids = [f for f in out.fact_ids if f not in known_facts]

@@ -142,35 +142,66 @@ def feedback(
 
 
 def neighbour_pairs(
-    conn: Any, agent_id: str, anchors: Sequence[str], span: int, as_of: Any
-) -> list[tuple[str, str, int]]:
-    """(anchor, neighbour, offset) for the ``span`` visible turns said just before (offset −1,
-    −2, …) and just after (1, 2, …) each anchor in the anchor's session, turns ordered as said
-    (``occurred_at``, then as recorded, then by id). Each side is a short walk of the
-    ``(agent_id, occurred_at)`` index from the anchor's time (a LATERAL ``LIMIT span``), so
-    the cost follows the anchors, not the agent's size."""
+    conn: Any, agent_id: str, anchors: Sequence[str], span: int, as_of: Any,
+    speakers: Sequence[str] = (),
+) -> list[tuple[str, str, int, bool]]:
+    """(anchor, neighbour, offset, said by one of ``speakers``) for the ``span`` visible turns
+    said just before (offset −1, −2, …) and just after (1, 2, …) each anchor in the anchor's
+    session, turns ordered as said (``occurred_at``, then as recorded, then by id). Each side
+    is a short walk of the ``(agent_id, occurred_at)`` index from the anchor's time (a LATERAL
+    ``LIMIT``), so the cost follows the anchors, not the agent's size. With ``speakers``
+    (folded names, ADR-0040) each side walks ``2 × span`` turns, so that ``span`` of the named
+    people's own turns are in reach past the other side's replies (``by_speaker``)."""
     if not anchors or span <= 0:
         return []
     visible = message_visibility(as_of, "n")
     side = """
-        SELECT a.message_id, x.message_id, {sign} * x.k
+        SELECT a.message_id, x.message_id, {sign} * x.k, x.named
           FROM a, LATERAL (
-            SELECT n.message_id, row_number() OVER (ORDER BY n.occurred_at {o}, n.recorded_at {o}, n.message_id {o}) AS k
+            SELECT n.message_id, row_number() OVER (ORDER BY n.occurred_at {o}, n.recorded_at {o}, n.message_id {o}) AS k,
+                   coalesce(lower(n.speaker) = ANY(%(speakers)s::text[]), false) AS named
               FROM mem_messages n
              WHERE n.agent_id = %(a)s AND n.session_id = a.session_id
                AND (n.occurred_at, n.recorded_at, n.message_id) {cmp} (a.occurred_at, a.recorded_at, a.message_id)
                AND {visible}
              ORDER BY n.occurred_at {o}, n.recorded_at {o}, n.message_id {o}
-             LIMIT %(span)s) x"""
+             LIMIT %(walk)s) x"""
     rows = conn.execute(
         "WITH a AS MATERIALIZED (SELECT m.message_id, m.session_id, m.occurred_at, m.recorded_at FROM mem_messages m"
         " WHERE m.agent_id = %(a)s AND m.message_id = ANY(%(ids)s) AND m.session_id IS NOT NULL)"
         + side.format(sign="-1", o="DESC", cmp="<", visible=visible)
         + " UNION ALL"
         + side.format(sign="1", o="ASC", cmp=">", visible=visible),
-        {"a": agent_id, "ids": list(anchors), "span": int(span), "t": as_of},
+        {"a": agent_id, "ids": list(anchors), "walk": int(span) * (2 if speakers else 1), "t": as_of,
+         "speakers": [str(s) for s in speakers]},
     ).fetchall()
-    return [(str(a), str(n), int(d)) for a, n, d in rows]
+    return [(str(a), str(n), int(d), bool(named)) for a, n, d, named in rows]
+
+
+def by_speaker(
+    pairs: Sequence[tuple[str, str, int, bool]], span: int, how: str = "all"
+) -> tuple[list[tuple[str, str, int]], list[tuple[str, str, int]]]:
+    """Split ``neighbour_pairs``' rows into (first, then) lists of (anchor, neighbour, offset)
+    for ``order_neighbours``. ``how="all"``: every turn at most ``span`` places away, first.
+    ``"named"`` / ``"named-first"`` (ADR-0040): the named people's own turns first — up to
+    ``span`` of theirs a side, the offset counted in their turns — and, for ``"named-first"``,
+    then the other turns at most ``span`` places away; ``"named"`` keeps those only when no
+    named turn was found (the named person is not a speaker here)."""
+    near = [(a, n, d) for a, n, d, _ in pairs if abs(d) <= span]
+    if how == "all":
+        return near, []
+    named: list[tuple[str, str, int]] = []
+    counts: dict[tuple[str, bool], int] = {}
+    for a, n, d, is_named in sorted(pairs, key=lambda p: (p[0], p[2] > 0, abs(p[2]))):
+        if not is_named:
+            continue
+        key = (a, d > 0)
+        counts[key] = counts.get(key, 0) + 1
+        if counts[key] <= span:
+            named.append((a, n, counts[key] if d > 0 else -counts[key]))
+    if how == "named":
+        return (named, []) if named else (near, [])
+    return named, [p for p in near if p[1] not in {n for _, n, _ in named}]
 
 
 __all__ = [
@@ -179,6 +210,7 @@ __all__ = [
     "TAIL_LISTS",
     "TailOut",
     "anchor_turns",
+    "by_speaker",
     "enabled",
     "feedback",
     "feedback_vector",
