@@ -122,9 +122,10 @@ def test_sweep_is_on_by_default_as_cross_validated_and_bounded() -> None:
         cfg.with_overrides({"subject_sweep_scope": "everything"})
     with pytest.raises(ValueError):
         cfg.with_overrides({"subject_sweep_per_session": -1})
-    # the per-person lists (ADR-0034): `person-list-0.5-tail10`, chosen in every fold (LOCO-CV)
+    # the per-person lists (ADR-0034): `person-list-0.5-tail10`, chosen in every fold (LOCO-CV);
+    # for every question naming one or two people since ADR-0040 (with the named neighbours)
     assert cfg.rrf_weights["fact_person"] == 0.5 and cfg.rrf_weights["message_person"] == 0.5
-    assert cfg.person_lists_from == 10 and cfg.person_sweep_scope == "list"
+    assert cfg.person_lists_from == 10 and cfg.person_sweep_scope == "any"
 
 
 # ----------------------------------------------------------------------------- end to end
@@ -254,13 +255,13 @@ def test_the_per_person_sweep_gives_each_named_person_a_turn_at_the_top(
     query = "Which places have both Tim and Ana been to?"
     base = {"candidate_pool": 6, "enable_reranker": False, "topk_events": 20,
             "rrf_weights": {"fact_subject": 0.0, "message_subject": 0.0, "fact_person": 1.0, "message_person": 1.0},
-            "person_lists_from": 0}
+            "person_lists_from": 0, "person_sweep_scope": "list"}
     on = concept_retriever.retrieve(agent_id, query, config_overrides=base)
     ranks = {e.message_id: e.scores.get("rank_message_person") for e in on.events}
     assert ranks.get("m_tim0") == 1.0 and ranks.get("m_ana") == 2.0  # Tim's best, then Ana's
     assert ranks.get("m_bob") is None  # neither named person said it
     assert on.trace["candidates"]["person_messages"] >= 2
-    # scope "list" (the default) runs it only for questions asking for several things
+    # scope "list" (the default before ADR-0040) runs it only for questions asking for several things
     single = concept_retriever.retrieve(agent_id, "Where did Tim and Ana meet?", config_overrides=base)
     assert single.trace["candidates"].get("person_messages", 0) == 0
     anyq = concept_retriever.retrieve(agent_id, "Where did Tim and Ana meet?",

@@ -41,15 +41,18 @@ class _Event:
 
 
 def test_the_neighbour_list_is_on_by_default_as_cross_validated_feedback_off_and_bounded() -> None:
-    # `nb-1-s4`, chosen in every fold of three observation runs and of the configured run (ADR-0037)
+    # `nb-1-s4`, chosen in every fold of three observation runs and of the configured run
+    # (ADR-0037); the named people's own turns first, span 2 (`nb-named-first-s2+person-any-0.5`,
+    # ADR-0040)
     cfg = RetrieveConfig()
     assert cfg.rrf_weights["message_neighbour"] == 1.0
-    assert (cfg.neighbour_span, cfg.neighbour_depth, cfg.neighbour_order) == (4, 10, "anchor")
+    assert (cfg.neighbour_span, cfg.neighbour_depth, cfg.neighbour_order) == (2, 10, "anchor")
+    assert cfg.neighbour_speakers == "named-first"
     assert cfg.rrf_weights["fact_feedback"] == cfg.rrf_weights["message_feedback"] == 0.0  # never chosen
     assert set(TAIL_LISTS) == {"fact_feedback", "message_feedback", "message_neighbour"}
     off = cfg.with_overrides({"rrf_weights": {"message_neighbour": 0.0}})
     assert enabled(cfg.rrf_weights) and not enabled(off.rrf_weights)
-    for bad in ({"neighbour_span": 0}, {"feedback_depth": 0}, {"feedback_beta": -1.0}, {"neighbour_depth": 1000}):
+    for bad in ({"neighbour_span": 0}, {"neighbour_speakers": "everyone"}, {"feedback_depth": 0}, {"feedback_beta": -1.0}, {"neighbour_depth": 1000}):
         with pytest.raises(ValueError):
             cfg.with_overrides(bad)
 
@@ -239,7 +242,7 @@ def test_named_neighbours_reach_the_named_persons_turns_past_the_other_sides_rep
         s.message(agent_id, mid, text, day, speaker=who, session_id="s7", recorded_at=day + timedelta(seconds=i))
     query = "Which camping trips has Tim been on by the lake?"
     cfg = {**SMALL, "rrf_weights": {"message_neighbour": 1.0, "message_keyword": 1.0}, "neighbour_depth": 1,
-           "neighbour_span": 2, "person_lists_from": 1}
+           "neighbour_span": 2, "person_lists_from": 1, "neighbour_speakers": "all"}
 
     def ranks(result: object) -> dict[str, float | None]:
         return {e.message_id: e.scores.get("rank_message_neighbour") for e in result.events}  # type: ignore[attr-defined]
@@ -255,6 +258,9 @@ def test_named_neighbours_reach_the_named_persons_turns_past_the_other_sides_rep
     assert got.get("m_ana1") is None and got.get("m_ana2") is None
     first = ranks(retriever.retrieve(agent_id, query, config_overrides={**cfg, "neighbour_speakers": "named-first"}))
     assert (first.get("m_tim2"), first.get("m_tim3"), first.get("m_ana1")) == (1.0, 2.0, 3.0)
+    # the default (ADR-0040) is "named-first"
+    default_cfg = {k: v for k, v in cfg.items() if k != "neighbour_speakers"}
+    assert ranks(retriever.retrieve(agent_id, query, config_overrides=default_cfg)) == first
     # no name in the question: every turn, as "all"
     unnamed = "camping trips by the lake"
     assert ranks(retriever.retrieve(agent_id, unnamed, config_overrides={**cfg, "neighbour_speakers": "named"})) == \
