@@ -122,10 +122,9 @@ def test_sweep_is_on_by_default_as_cross_validated_and_bounded() -> None:
         cfg.with_overrides({"subject_sweep_scope": "everything"})
     with pytest.raises(ValueError):
         cfg.with_overrides({"subject_sweep_per_session": -1})
-    # the per-person lists (ADR-0034): `person-list-0.5-tail10`, chosen in every fold (LOCO-CV);
-    # for every question naming one or two people since ADR-0040 (with the named neighbours)
+    # the per-person lists (ADR-0034): `person-list-0.5-tail10`, chosen in every fold (LOCO-CV)
     assert cfg.rrf_weights["fact_person"] == 0.5 and cfg.rrf_weights["message_person"] == 0.5
-    assert cfg.person_lists_from == 10 and cfg.person_sweep_scope == "any"
+    assert cfg.person_lists_from == 10 and cfg.person_sweep_scope == "list"
 
 
 # ----------------------------------------------------------------------------- end to end
@@ -261,7 +260,7 @@ def test_the_per_person_sweep_gives_each_named_person_a_turn_at_the_top(
     assert ranks.get("m_tim0") == 1.0 and ranks.get("m_ana") == 2.0  # Tim's best, then Ana's
     assert ranks.get("m_bob") is None  # neither named person said it
     assert on.trace["candidates"]["person_messages"] >= 2
-    # scope "list" (the default before ADR-0040) runs it only for questions asking for several things
+    # scope "list" (the default) runs it only for questions asking for several things
     single = concept_retriever.retrieve(agent_id, "Where did Tim and Ana meet?", config_overrides=base)
     assert single.trace["candidates"].get("person_messages", 0) == 0
     anyq = concept_retriever.retrieve(agent_id, "Where did Tim and Ana meet?",

@@ -42,11 +42,11 @@ class _Event:
 
 def test_the_neighbour_list_is_on_by_default_as_cross_validated_feedback_off_and_bounded() -> None:
     # `nb-1-s4`, chosen in every fold of three observation runs and of the configured run
-    # (ADR-0037); the named people's own turns first, span 2 (`nb-named-first-s2+person-any-0.5`,
-    # ADR-0040)
+    # (ADR-0037); the named people's own turns first, span 2, anchors from the top 15
+    # (`nb-named-first-s2-d15`, ADR-0040)
     cfg = RetrieveConfig()
     assert cfg.rrf_weights["message_neighbour"] == 1.0
-    assert (cfg.neighbour_span, cfg.neighbour_depth, cfg.neighbour_order) == (2, 10, "anchor")
+    assert (cfg.neighbour_span, cfg.neighbour_depth, cfg.neighbour_order) == (2, 15, "anchor")
     assert cfg.neighbour_speakers == "named-first"
     assert cfg.rrf_weights["fact_feedback"] == cfg.rrf_weights["message_feedback"] == 0.0  # never chosen
     assert set(TAIL_LISTS) == {"fact_feedback", "message_feedback", "message_neighbour"}

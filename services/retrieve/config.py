@@ -25,8 +25,7 @@ DEFAULT_SCORE_WEIGHTS: dict[str, float] = {"semantic": 0.70, "recency": 0.20, "i
 # ``fact_subject`` / ``message_subject`` the subject sweep (ADR-0025): the facts and turns of
 # the person a question names, ranked by the question without the name (0 = not run);
 # ``fact_person`` / ``message_person`` each named person's own facts and turns by that question,
-# the persons' lists interleaved, below the top 10 (ADR-0034, LOCO-CV; 0 = not run; for every
-# question naming one or two people since ADR-0040, ``person_sweep_scope``);
+# the persons' lists interleaved, for list questions, below the top 10 (ADR-0034, LOCO-CV; 0 = not run);
 # ``fact_feedback`` / ``message_feedback`` the facts and turns nearest to the question moved towards
 # the fused top's vectors (0 = not run; never chosen by LOCO-CV), ``message_neighbour`` the turns
 # said next to the fused top's turns (on: chosen in every fold, both LoCoMo modes; the named
@@ -139,11 +138,11 @@ class RetrieveConfig(BaseModel):
     subject_sweep_pair_as_one: bool = Field(default=False,
         description="(engramdb) subject sweep: two names joined by 'and' become one pronoun in the "
         "name-less question ('both they and they' -> 'both they', ADR-0034)")
-    person_sweep_scope: Literal["list", "any"] = Field(default="any",
+    person_sweep_scope: Literal["list", "any"] = Field(default="list",
         description="(engramdb) per-person sweep (rrf_weights fact_person / message_person > 0, "
         "ADR-0034): 'list' only for questions asking for several things, 'any' whenever the "
-        "question names one or two entities (the default since ADR-0040, with the named "
-        "neighbours: chosen by LOCO-CV)")
+        "question names one or two entities (ADR-0040: with the named neighbours, split in "
+        "LOCO-CV and it triples the sweep's time, so per call)")
     person_lists_from: int = Field(default=10, ge=0, le=1000,
         description="(engramdb) fact_person / message_person (and the tail lists fact_feedback, "
         "message_feedback, message_neighbour, ADR-0037) count only below the first this many "
@@ -154,9 +153,10 @@ class RetrieveConfig(BaseModel):
     feedback_beta: float = Field(default=1.0, ge=0.0, le=10.0,
         description="(engramdb) fact_feedback / message_feedback: question unit vector + beta x the "
         "mean unit vector of the fused top (Rocchio, ADR-0037)")
-    neighbour_depth: int = Field(default=10, ge=1, le=100,
+    neighbour_depth: int = Field(default=15, ge=1, le=100,
         description="(engramdb) message_neighbour: the turns of the first this many fused units "
-        "(a fact: its source turns) are the anchors (ADR-0037)")
+        "(a fact: its source turns) are the anchors (ADR-0037: 10; ADR-0040: 15, with the named "
+        "people's turns first, chosen by LOCO-CV)")
     neighbour_span: int = Field(default=2, ge=1, le=10,
         description="(engramdb) message_neighbour: turns at most this many places from an anchor in "
         "its session (ADR-0037); with neighbour_speakers 'named…', also this many of the named "
