@@ -254,7 +254,7 @@ def test_the_per_person_sweep_gives_each_named_person_a_turn_at_the_top(
     query = "Which places have both Tim and Ana been to?"
     base = {"candidate_pool": 6, "enable_reranker": False, "topk_events": 20,
             "rrf_weights": {"fact_subject": 0.0, "message_subject": 0.0, "fact_person": 1.0, "message_person": 1.0},
-            "person_lists_from": 0}
+            "person_lists_from": 0, "person_sweep_scope": "list"}
     on = concept_retriever.retrieve(agent_id, query, config_overrides=base)
     ranks = {e.message_id: e.scores.get("rank_message_person") for e in on.events}
     assert ranks.get("m_tim0") == 1.0 and ranks.get("m_ana") == 2.0  # Tim's best, then Ana's

@@ -18,6 +18,7 @@ from engramdb.services.retrieve.fusion import EVENT, FACT
 from engramdb.services.retrieve.tail_lists import (
     TAIL_LISTS,
     anchor_turns,
+    by_speaker,
     enabled,
     order_neighbours,
     top_units,
@@ -40,15 +41,18 @@ class _Event:
 
 
 def test_the_neighbour_list_is_on_by_default_as_cross_validated_feedback_off_and_bounded() -> None:
-    # `nb-1-s4`, chosen in every fold of three observation runs and of the configured run (ADR-0037)
+    # `nb-1-s4`, chosen in every fold of three observation runs and of the configured run
+    # (ADR-0037); the named people's own turns first, span 2, anchors from the top 15
+    # (`nb-named-first-s2-d15`, ADR-0040)
     cfg = RetrieveConfig()
     assert cfg.rrf_weights["message_neighbour"] == 1.0
-    assert (cfg.neighbour_span, cfg.neighbour_depth, cfg.neighbour_order) == (4, 10, "anchor")
+    assert (cfg.neighbour_span, cfg.neighbour_depth, cfg.neighbour_order) == (2, 15, "anchor")
+    assert cfg.neighbour_speakers == "named-first"
     assert cfg.rrf_weights["fact_feedback"] == cfg.rrf_weights["message_feedback"] == 0.0  # never chosen
     assert set(TAIL_LISTS) == {"fact_feedback", "message_feedback", "message_neighbour"}
     off = cfg.with_overrides({"rrf_weights": {"message_neighbour": 0.0}})
     assert enabled(cfg.rrf_weights) and not enabled(off.rrf_weights)
-    for bad in ({"neighbour_span": 0}, {"feedback_depth": 0}, {"feedback_beta": -1.0}, {"neighbour_depth": 1000}):
+    for bad in ({"neighbour_span": 0}, {"neighbour_speakers": "everyone"}, {"feedback_depth": 0}, {"feedback_beta": -1.0}, {"neighbour_depth": 1000}):
         with pytest.raises(ValueError):
             cfg.with_overrides(bad)
 
@@ -75,6 +79,23 @@ def test_neighbours_of_the_best_anchor_first_nearest_first_the_turn_before_on_a_
     assert order_neighbours([], pairs) == []
     # by distance: every anchor's nearest turns first (best anchor first), then the next ring
     assert order_neighbours(anchors, pairs, "distance") == ["a-1", "a+1", "b+1", "a+2"]
+
+
+def test_by_speaker_puts_the_named_peoples_own_turns_first_counted_in_their_turns() -> None:
+    # (anchor, neighbour, offset, said by a named person): a two-person exchange around "a",
+    # walked 2 x span = 4 turns a side; Tim (named) says every other turn
+    pairs = [("a", "x-1", -1, False), ("a", "t-2", -2, True), ("a", "x-3", -3, False), ("a", "t-4", -4, True),
+             ("a", "x+1", 1, False), ("a", "t+2", 2, True), ("a", "x+3", 3, False), ("a", "t+4", 4, True)]
+    near = [("a", "x-1", -1), ("a", "t-2", -2), ("a", "x+1", 1), ("a", "t+2", 2)]
+    assert by_speaker(pairs, 2, "all") == (near, [])
+    named = [("a", "t-2", -1), ("a", "t-4", -2), ("a", "t+2", 1), ("a", "t+4", 2)]  # offsets in Tim's turns
+    assert by_speaker(pairs, 2, "named") == (named, [])
+    assert by_speaker(pairs, 2, "named-first") == (named, [("a", "x-1", -1), ("a", "x+1", 1)])
+    assert order_neighbours(["a"], by_speaker(pairs, 2, "named")[0]) == ["t-2", "t+2", "t-4", "t+4"]
+    # the named person said nothing near the top (not a speaker here): every turn, as "all"
+    nobody = [(a, n, d, False) for a, n, d, _ in pairs]
+    assert by_speaker(nobody, 2, "named") == (near, [])
+    assert by_speaker(nobody, 2, "named-first") == ([], near)
 
 
 # ----------------------------------------------------------------------------- end to end
@@ -206,3 +227,46 @@ def test_the_second_fusion_keeps_the_turns_the_first_dropped_as_repeats(
     head = sorted(scored(off).items(), key=lambda kv: -kv[1])[:3]
     assert [(k, scored(on)[k]) for k, _ in head] == head
     assert "m_d" in scored(on) and "m_d" not in scored(off)  # the neighbour of m_c, in the tail
+
+
+def test_named_neighbours_reach_the_named_persons_turns_past_the_other_sides_replies(
+    retriever: Retriever, store: Store, agent_id: str
+) -> None:
+    """ADR-0040: when the question names a speaker, the neighbour list takes their own turns
+    first — the evidence of "what has Tim …" is what Tim said, two turns on, not Ana's reply."""
+    s = store
+    s.entity(agent_id, "person:tim", "Tim")
+    s.entity(agent_id, "person:ana", "Ana")
+    day = T0 - timedelta(days=3)
+    said = [("m_camp", "We went camping by the lake", "Tim"),
+            ("m_ana1", "Oh nice, how was it", "Ana"),
+            ("m_tim2", "The kids loved roasting marshmallows", "Tim"),
+            ("m_ana2", "Sounds lovely", "Ana"),
+            ("m_tim3", "Next time we bring the canoe", "Tim")]
+    for i, (mid, text, who) in enumerate(said):
+        s.message(agent_id, mid, text, day, speaker=who, session_id="s7", recorded_at=day + timedelta(seconds=i))
+    query = "Which camping trips has Tim been on by the lake?"
+    cfg = {**SMALL, "rrf_weights": {"message_neighbour": 1.0, "message_keyword": 1.0}, "neighbour_depth": 1,
+           "neighbour_span": 2, "person_lists_from": 1, "neighbour_speakers": "all"}
+
+    def ranks(result: object) -> dict[str, float | None]:
+        return {e.message_id: e.scores.get("rank_message_neighbour") for e in result.events}  # type: ignore[attr-defined]
+
+    plain = retriever.retrieve(agent_id, query, config_overrides=cfg)
+    assert plain.events[0].message_id == "m_camp"
+    assert ranks(plain).get("m_ana1") == 1.0 and ranks(plain).get("m_tim2") == 2.0
+    assert ranks(plain).get("m_tim3") is None  # three places away (the sweep may list it, not as a neighbour)
+    named = retriever.retrieve(agent_id, query, config_overrides={**cfg, "neighbour_speakers": "named"})
+    assert named.events[0].message_id == "m_camp"  # the head is the other lists' fusion
+    got = ranks(named)
+    assert got.get("m_tim2") == 1.0 and got.get("m_tim3") == 2.0  # Tim's next two turns
+    assert got.get("m_ana1") is None and got.get("m_ana2") is None
+    first = ranks(retriever.retrieve(agent_id, query, config_overrides={**cfg, "neighbour_speakers": "named-first"}))
+    assert (first.get("m_tim2"), first.get("m_tim3"), first.get("m_ana1")) == (1.0, 2.0, 3.0)
+    # the default (ADR-0040) is "named-first"
+    default_cfg = {k: v for k, v in cfg.items() if k != "neighbour_speakers"}
+    assert ranks(retriever.retrieve(agent_id, query, config_overrides=default_cfg)) == first
+    # no name in the question: every turn, as "all"
+    unnamed = "camping trips by the lake"
+    assert ranks(retriever.retrieve(agent_id, unnamed, config_overrides={**cfg, "neighbour_speakers": "named"})) == \
+        ranks(retriever.retrieve(agent_id, unnamed, config_overrides=cfg))

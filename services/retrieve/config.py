@@ -28,8 +28,9 @@ DEFAULT_SCORE_WEIGHTS: dict[str, float] = {"semantic": 0.70, "recency": 0.20, "i
 # the persons' lists interleaved, for list questions, below the top 10 (ADR-0034, LOCO-CV; 0 = not run);
 # ``fact_feedback`` / ``message_feedback`` the facts and turns nearest to the question moved towards
 # the fused top's vectors (0 = not run; never chosen by LOCO-CV), ``message_neighbour`` the turns
-# said next to the fused top's turns (on: chosen in every fold, both LoCoMo modes), both built from
-# the first fusion and counted below ``person_lists_from`` (ADR-0037).
+# said next to the fused top's turns (on: chosen in every fold, both LoCoMo modes; the named
+# people's own turns first since ADR-0040, ``neighbour_speakers``), both built from the first
+# fusion and counted below ``person_lists_from`` (ADR-0037).
 DEFAULT_RRF_WEIGHTS: dict[str, float] = {
     "fact_semantic": 1.0,
     "fact_keyword": 1.0,
@@ -140,7 +141,8 @@ class RetrieveConfig(BaseModel):
     person_sweep_scope: Literal["list", "any"] = Field(default="list",
         description="(engramdb) per-person sweep (rrf_weights fact_person / message_person > 0, "
         "ADR-0034): 'list' only for questions asking for several things, 'any' whenever the "
-        "question names one or two entities")
+        "question names one or two entities (ADR-0040: with the named neighbours, split in "
+        "LOCO-CV and it triples the sweep's time, so per call)")
     person_lists_from: int = Field(default=10, ge=0, le=1000,
         description="(engramdb) fact_person / message_person (and the tail lists fact_feedback, "
         "message_feedback, message_neighbour, ADR-0037) count only below the first this many "
@@ -151,15 +153,23 @@ class RetrieveConfig(BaseModel):
     feedback_beta: float = Field(default=1.0, ge=0.0, le=10.0,
         description="(engramdb) fact_feedback / message_feedback: question unit vector + beta x the "
         "mean unit vector of the fused top (Rocchio, ADR-0037)")
-    neighbour_depth: int = Field(default=10, ge=1, le=100,
+    neighbour_depth: int = Field(default=15, ge=1, le=100,
         description="(engramdb) message_neighbour: the turns of the first this many fused units "
-        "(a fact: its source turns) are the anchors (ADR-0037)")
-    neighbour_span: int = Field(default=4, ge=1, le=10,
+        "(a fact: its source turns) are the anchors (ADR-0037: 10; ADR-0040: 15, with the named "
+        "people's turns first, chosen by LOCO-CV)")
+    neighbour_span: int = Field(default=2, ge=1, le=10,
         description="(engramdb) message_neighbour: turns at most this many places from an anchor in "
-        "its session (ADR-0037)")
+        "its session (ADR-0037); with neighbour_speakers 'named…', also this many of the named "
+        "people's own turns a side (ADR-0040: 2, chosen by LOCO-CV; 4 before)")
     neighbour_order: Literal["anchor", "distance"] = Field(default="anchor",
         description="(engramdb) message_neighbour: 'anchor' = the best anchor's turns first, nearest "
         "first, then the next anchor's; 'distance' = every anchor's nearest turns first (ADR-0037)")
+    neighbour_speakers: Literal["all", "named", "named-first", "named-list"] = Field(default="named-first",
+        description="(engramdb) message_neighbour: 'named' = when the question names one or two "
+        "people, only the turns they said are neighbours, neighbour_span of theirs a side "
+        "(ADR-0040); 'named-first' = those first, then the other turns; 'named-list' = 'named' "
+        "only when it also asks for several things (subject_sweep.is_list_question); 'all' = "
+        "every turn")
     recency_half_life_days: float = Field(default=14.0, gt=0.0, le=36_500.0)
     confidence_half_life_days: float = Field(default=180.0, gt=0.0, le=36_500.0, description="(engramdb)")
     confidence_decay_floor: float = Field(default=0.80, ge=0.0, le=1.0, description="(engramdb) confidence never decays below this share"

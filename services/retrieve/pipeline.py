@@ -492,8 +492,18 @@ class Retriever:
             if tail_lists.enabled(cfg.rrf_weights, tail_lists.NEIGHBOUR_LISTS):
                 top = self._top_units(call, candidates, candidate_events, anchor, cfg.neighbour_depth)
                 anchors = tail_lists.anchor_turns(top, sources)
-                near = tail_lists.neighbours(conn, call.agent_id, anchors, cfg.neighbour_span, call.as_of, qvec)
-                out.neighbour_ids = tail_lists.order_neighbours(anchors, near.pairs, cfg.neighbour_order)[: cfg.candidate_pool]
+                how = cfg.neighbour_speakers
+                if how == "named-list":
+                    how = "named" if subject_sweep.is_list_question(call.query) else "all"
+                named = call.subject_speakers if how != "all" else ()
+                near = tail_lists.neighbours(conn, call.agent_id, anchors, cfg.neighbour_span, call.as_of, qvec,
+                                             named)
+                first, then = tail_lists.by_speaker(near.pairs, cfg.neighbour_span, how if named else "all")
+                ordered = tail_lists.order_neighbours(anchors, first, cfg.neighbour_order)
+                seen = set(ordered)
+                ordered += [m for m in tail_lists.order_neighbours(anchors, then, cfg.neighbour_order)
+                            if m not in seen]
+                out.neighbour_ids = ordered[: cfg.candidate_pool]
                 turn_rows = near.rows
             ranked, events = list(candidates), list(candidate_events)
             known_facts = {c.fact_id for c in ranked}

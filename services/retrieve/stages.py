@@ -45,6 +45,9 @@ class Call:
     lists: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
     reranked: bool = False  # the LLM reranker scored this call's candidates
     subject_rows: list[tuple[Any, ...]] = field(default_factory=list)  # turns the subject sweep found
+    # the folded names of the one or two people the question names (the subject sweep's
+    # ``Subject.speakers``; empty when it names none or the sweep is off), for the tail lists
+    subject_speakers: tuple[str, ...] = ()
     # table -> exact search (True) or HNSW (False) for this agent, ``size_gate``; None: decide in SQL
     small: dict[str, bool | None] = field(default_factory=dict)
     windows: list[Window] | None = None  # the query's time windows, once fusion first asks

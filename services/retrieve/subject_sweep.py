@@ -276,6 +276,7 @@ def start(
         "entities": list(subject.entity_keys), "query": subject.stripped_query})
     if subject is None:
         return None
+    call.subject_speakers = subject.speakers
     return subject, embed(subject.stripped_query)
 
 

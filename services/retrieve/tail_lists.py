@@ -143,43 +143,49 @@ def feedback(
 
 
 def neighbour_pairs(
-    conn: Any, agent_id: str, anchors: Sequence[str], span: int, as_of: Any
-) -> list[tuple[str, str, int]]:
-    """(anchor, neighbour, offset) for the ``span`` visible turns said just before (offset −1,
-    −2, …) and just after (1, 2, …) each anchor in the anchor's session (``neighbours``)."""
-    return neighbours(conn, agent_id, anchors, span, as_of).pairs
+    conn: Any, agent_id: str, anchors: Sequence[str], span: int, as_of: Any,
+    speakers: Sequence[str] = (),
+) -> list[tuple[str, str, int, bool]]:
+    """(anchor, neighbour, offset, said by one of ``speakers``) for the turns around each
+    anchor (``neighbours``)."""
+    return neighbours(conn, agent_id, anchors, span, as_of, None, speakers).pairs
 
 
 @dataclass
 class Neighbours:
-    """The (anchor, neighbour, offset) pairs and each neighbour's turn row (``turn_row``)."""
+    """The (anchor, neighbour, offset, named) pairs and each neighbour's turn row (``turn_row``)."""
 
-    pairs: list[tuple[str, str, int]] = field(default_factory=list)
+    pairs: list[tuple[str, str, int, bool]] = field(default_factory=list)
     rows: dict[str, tuple[Any, ...]] = field(default_factory=dict)
 
 
 def neighbours(
-    conn: Any, agent_id: str, anchors: Sequence[str], span: int, as_of: Any, qvec: str | None = None
+    conn: Any, agent_id: str, anchors: Sequence[str], span: int, as_of: Any, qvec: str | None = None,
+    speakers: Sequence[str] = (),
 ) -> Neighbours:
-    """The ``span`` visible turns said just before (offset −1, −2, …) and just after (1, 2,
-    …) each anchor in the anchor's session, turns ordered as said (``occurred_at``, then as
-    recorded, then by id), with their rows (cosine to ``qvec``). Each side is a short walk of
-    the ``(agent_id, occurred_at)`` index from the anchor's time (a LATERAL ``LIMIT span``),
-    so the cost follows the anchors, not the agent's size. The rows come in the same
-    statement (ADR-0041): a second round trip for them sat on the call's serial path."""
+    """(anchor, neighbour, offset, said by one of ``speakers``) for the ``span`` visible turns
+    said just before (offset −1, −2, …) and just after (1, 2, …) each anchor in the anchor's
+    session, turns ordered as said (``occurred_at``, then as recorded, then by id), with each
+    neighbour's row (cosine to ``qvec``). Each side is a short walk of the ``(agent_id,
+    occurred_at)`` index from the anchor's time (a LATERAL ``LIMIT``), so the cost follows the
+    anchors, not the agent's size. With ``speakers`` (folded names, ADR-0040) each side walks
+    ``2 × span`` turns, so that ``span`` of the named people's own turns are in reach past the
+    other side's replies (``by_speaker``). The rows come in the same statement (ADR-0041): a
+    second round trip for them sat on the call's serial path."""
     if not anchors or span <= 0:
         return Neighbours()
     visible = message_visibility(as_of, "n")
     side = """
         SELECT a.message_id AS anchor, {sign} * x.k AS k, x.*
           FROM a, LATERAL (
-            SELECT {row}, row_number() OVER (ORDER BY n.occurred_at {o}, n.recorded_at {o}, n.message_id {o}) AS k
+            SELECT {row}, coalesce(lower(n.speaker) = ANY(%(speakers)s::text[]), false) AS named,
+                   row_number() OVER (ORDER BY n.occurred_at {o}, n.recorded_at {o}, n.message_id {o}) AS k
               FROM mem_messages n
              WHERE n.agent_id = %(a)s AND n.session_id = a.session_id
                AND (n.occurred_at, n.recorded_at, n.message_id) {cmp} (a.occurred_at, a.recorded_at, a.message_id)
                AND {visible}
              ORDER BY n.occurred_at {o}, n.recorded_at {o}, n.message_id {o}
-             LIMIT %(span)s) x"""
+             LIMIT %(walk)s) x"""
     row = turn_row("n")
     found = conn.execute(
         "WITH a AS MATERIALIZED (SELECT m.message_id, m.session_id, m.occurred_at, m.recorded_at FROM mem_messages m"
@@ -187,13 +193,40 @@ def neighbours(
         + side.format(sign="-1", o="DESC", cmp="<", visible=visible, row=row)
         + " UNION ALL"
         + side.format(sign="1", o="ASC", cmp=">", visible=visible, row=row),
-        {"a": agent_id, "ids": list(anchors), "span": int(span), "t": as_of, "q": qvec},
+        {"a": agent_id, "ids": list(anchors), "walk": int(span) * (2 if speakers else 1), "t": as_of,
+         "q": qvec, "speakers": [str(s) for s in speakers]},
     ).fetchall()
     out = Neighbours()
-    for anchor, offset, *turn, _ in found:
-        out.pairs.append((str(anchor), str(turn[0]), int(offset)))
+    for anchor, offset, *turn, named, _ in found:
+        out.pairs.append((str(anchor), str(turn[0]), int(offset), bool(named)))
         out.rows[str(turn[0])] = tuple(turn)
     return out
+
+
+def by_speaker(
+    pairs: Sequence[tuple[str, str, int, bool]], span: int, how: str = "all"
+) -> tuple[list[tuple[str, str, int]], list[tuple[str, str, int]]]:
+    """Split ``neighbour_pairs``' rows into (first, then) lists of (anchor, neighbour, offset)
+    for ``order_neighbours``. ``how="all"``: every turn at most ``span`` places away, first.
+    ``"named"`` / ``"named-first"`` (ADR-0040): the named people's own turns first — up to
+    ``span`` of theirs a side, the offset counted in their turns — and, for ``"named-first"``,
+    then the other turns at most ``span`` places away; ``"named"`` keeps those only when no
+    named turn was found (the named person is not a speaker here)."""
+    near = [(a, n, d) for a, n, d, _ in pairs if abs(d) <= span]
+    if how == "all":
+        return near, []
+    named: list[tuple[str, str, int]] = []
+    counts: dict[tuple[str, bool], int] = {}
+    for a, n, d, is_named in sorted(pairs, key=lambda p: (p[0], p[2] > 0, abs(p[2]))):
+        if not is_named:
+            continue
+        key = (a, d > 0)
+        counts[key] = counts.get(key, 0) + 1
+        if counts[key] <= span:
+            named.append((a, n, counts[key] if d > 0 else -counts[key]))
+    if how == "named":
+        return (named, []) if named else (near, [])
+    return named, [p for p in near if p[1] not in {n for _, n, _ in named}]
 
 
 __all__ = [
@@ -202,6 +235,7 @@ __all__ = [
     "TAIL_LISTS",
     "TailOut",
     "anchor_turns",
+    "by_speaker",
     "enabled",
     "feedback",
     "feedback_vector",
