@@ -38,6 +38,7 @@ from psycopg import sql
 
 from engramdb.projections.bulk_copy import format_rows, register_flat_arrays, register_raw_vectors
 from engramdb.projections.log_stream import LogStream
+from engramdb.projections.read_model import BulkFold
 from engramdb.projections.read_models import select
 from engramdb.projections.shadow import Prepared, ShadowLoad
 
@@ -86,11 +87,24 @@ def worker_main(spec: WorkerSpec, pipe: Any) -> None:
         app.close()
 
 
+def fold_group(stream: LogStream, folds: dict[str, BulkFold], key_bytes: frozenset[int] | None,
+               bar: Any) -> int:
+    """One pass over the log for one group of agents, feeding every fold."""
+    applies = [f.apply for f in folds.values()]
+    count = 0
+    for page in stream.group_pages(key_bytes):
+        for event in page:
+            for apply in applies:
+                apply(event)
+        count += len(page)
+        if bar is not None:
+            bar.update(len(page))
+    return count
+
+
 def _group(app: Any, conn: Any, spec: WorkerSpec, rms: Sequence[Any],
            key_bytes: frozenset[int] | None, stop: int, oids: dict[str, list[int]],
            pipe: Any) -> tuple[Any, ...]:
-    from engramdb.projections.rebuild import fold_group
-
     started = time.perf_counter()
     stream = LogStream(app, spec.conninfo, stop, spec.page_size)
     folds = {rm.name: rm.fold() for rm in rms}

@@ -38,10 +38,10 @@ from engramdb.domain.ports import EmbeddingProvider
 from engramdb.infra.advisory_locks import namespace
 from engramdb.infra.pgsql import set_search_path
 from engramdb.projections.embeddings import CountingEmbedder, fill_cache_outside_transactions
-from engramdb.projections.fold_workers import FoldWorkers, WorkerSpec
+from engramdb.projections.fold_workers import FoldWorkers, WorkerSpec, fold_group
 from engramdb.projections.log_stream import PAGE_SIZE, LogStream
 from engramdb.projections.positions import APPLICATION_NAME, _conninfo
-from engramdb.projections.read_model import BulkFold, ReadModel, datastore_factory
+from engramdb.projections.read_model import ReadModel, datastore_factory
 from engramdb.projections.read_models import select
 from engramdb.projections.shadow import Prepared, ShadowBuild, ShadowLoad, drop_shadow
 from engramdb.projections.swap import ShadowCatchUp, swap_in
@@ -309,21 +309,6 @@ def _send_group(shadows: dict[str, ShadowLoad], prepared: dict[str, list[Prepare
     """COPY one group's formatted rows (the loader thread)."""
     for name in list(prepared):
         shadows[name].send(prepared.pop(name))
-
-
-def fold_group(stream: LogStream, folds: dict[str, BulkFold], key_bytes: frozenset[int] | None,
-               bar: Any) -> int:
-    """One pass over the log for one group of agents, feeding every fold."""
-    applies = [f.apply for f in folds.values()]
-    count = 0
-    for page in stream.group_pages(key_bytes):
-        for event in page:
-            for apply in applies:
-                apply(event)
-        count += len(page)
-        if bar is not None:
-            bar.update(len(page))
-    return count
 
 
 class _rebuild_lock:

@@ -16,7 +16,9 @@ class _Node:
 def test_settle_freezes_what_lives_and_later_cycles_are_still_collected() -> None:
     try:
         frozen = settle()
-        assert frozen > 1000 and gc.get_freeze_count() == frozen  # this process's modules, at least
+        # this process's modules, at least (the count only falls after: a frozen object can
+        # still die by reference counting, on any thread)
+        assert frozen > 1000 and 0 < gc.get_freeze_count() <= frozen
         a, b = _Node(), _Node()
         a.other, b.other = b, a  # a cycle made after start-up: only the collector frees it
         gone = weakref.ref(a)
