@@ -93,9 +93,15 @@ def _place(
     time_windows: Sequence[Window],
     time_boost: float,
     diversity: tuple[float, int, int],
+    memo: PlacementMemo | None = None,
 ) -> tuple[list[tuple[Fused, float]], float, int]:
     """Fusion, repeats out, time boost, diversity: (unit, raw value) best first, the scale
-    that divides values into (0, 1], and the number of units fused."""
+    that divides values into (0, 1], and the number of units fused. With the call's ``memo``,
+    once per call for the same lists (ADR-0041: the head of the fusion after the tail lists is
+    the fusion before them; both used to be computed)."""
+    key = None if memo is None else _placement_key(present, weights, k)
+    if memo is not None and key in memo:
+        return memo[key]
     fused = reciprocal_rank_fusion(present, weights, k)
     kept = without_repeats(fused, sources)
     scale = best_possible(weights, [name for name, (_, ids) in present.items() if ids], k)
@@ -111,6 +117,8 @@ def _place(
         kept, raw, when = [kept[i] for i in order], [raw[i] for i in order], [when[i] for i in order]
     days = [None if w is None else w.astimezone(UTC).date() for w in when] if penalty > 0.0 else when
     placed = diversify(kept, raw, days, penalty, free, start)
+    if memo is not None and key is not None:
+        memo[key] = (placed, scale, len(fused))
     return placed, scale, len(fused)
 
 
@@ -188,27 +196,6 @@ def _placement_key(
                      if float(weights.get(name, 0.0)) > 0.0 and present[name][1]))
 
 
-def _placed(
-    present: Mapping[str, tuple[str, Sequence[str]]],
-    weights: Mapping[str, float],
-    k: float,
-    sources: Mapping[str, Sequence[str]],
-    when_of: Callable[[Fused], datetime | None],
-    time_windows: Sequence[Window],
-    time_boost: float,
-    diversity: tuple[float, int, int],
-    memo: PlacementMemo | None,
-) -> tuple[list[tuple[Fused, float]], float, int]:
-    """``_place``, once per call for the same lists (ADR-0041: the head of the fusion after
-    the tail lists is the fusion before them; both used to be computed)."""
-    if memo is None:
-        return _place(present, weights, k, sources, when_of, time_windows, time_boost, diversity)
-    key = _placement_key(present, weights, k)
-    if key not in memo:
-        memo[key] = _place(present, weights, k, sources, when_of, time_windows, time_boost, diversity)
-    return memo[key]
-
-
 def head_units(
     lists: Mapping[str, tuple[str, Sequence[str]]],
     weights: Mapping[str, float],
@@ -235,7 +222,7 @@ def head_units(
     present, sources, when_of = _inputs(lists, facts, events)
     diversity = (diversity_penalty, diversity_free, diversity_start)
     head_weights = _head_weights(present, weights, tail_lists) if tail_start > 0 else None
-    placed, scale, _ = _placed(present, head_weights if head_weights is not None else weights, k, sources,
+    placed, scale, _ = _place(present, head_weights if head_weights is not None else weights, k, sources,
                                when_of, time_windows, time_boost, diversity, memo)
     limit = min(len(placed), tail_start) if head_weights is not None else len(placed)
     if n <= 0:
@@ -284,12 +271,12 @@ def fuse_candidates(
     Returns facts and turns best first, and how many units fusion dropped as repeats."""
     present, sources, when_of = _inputs(lists, facts, events)
     diversity = (diversity_penalty, diversity_free, diversity_start)
-    placed, scale, n_fused = _placed(present, weights, k, sources, when_of, time_windows, time_boost, diversity,
+    placed, scale, n_fused = _place(present, weights, k, sources, when_of, time_windows, time_boost, diversity,
                                      memo)
     normalised = [(u, v / scale) for u, v in placed]
     head_weights = _head_weights(present, weights, tail_lists) if tail_start > 0 else None
     if head_weights is not None:
-        head, head_scale, _ = _placed(present, head_weights, k, sources, when_of, time_windows,
+        head, head_scale, _ = _place(present, head_weights, k, sources, when_of, time_windows,
                                       time_boost, diversity, memo)
         normalised = _tail_only([(u, v / head_scale) for u, v in head], normalised, sources, tail_start)
     by_fact = {c.fact_id: c for c in facts}
