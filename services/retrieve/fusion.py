@@ -229,16 +229,17 @@ def head_units(
         return []
     if head_weights is not None and n > limit:
         return None
-    rounded = [round(round(v / scale, 9), 9) for _, v in placed[: min(n, limit)]]
+    rounded = [round(v / scale, 9) for _, v in placed[: min(n, limit)]]
     end = len(rounded)
     # a unit just below the n-th with the same rounded score may outrank it (facts first)
-    while end < len(placed) and round(round(placed[end][1] / scale, 9), 9) == rounded[-1]:
+    while end < len(placed) and round(placed[end][1] / scale, 9) == rounded[-1]:
         if end >= limit:
             return None
         rounded.append(rounded[-1])
         end += 1
     order = sorted(range(end), key=lambda i: (-rounded[i], placed[i][0].kind != FACT, i))
     return [(placed[i][0].kind, placed[i][0].unit_id) for i in order[:n]]
+
 
 TAIL_BELOW = 0.999  # the tail's first unit scores this share of the head's last
 
