@@ -142,5 +142,10 @@ def test_the_turn_lists_in_one_statement_equal_the_three_statements_before(store
                         sig2, rows2, found2 = message_lists(conn, agent_id, qvec, query, cfg, 0.0, as_of, exact)
                         assert list(sig2.items()) == list(sig.items())
                         assert rows2 == rows and found2 == found
+                        # BM25 read first, before the vector (ADR-0042): the same lists and rows
+                        sig3, rows3, found3 = message_lists(conn, agent_id, qvec, query, cfg, 0.0, as_of, exact,
+                                                            bm25_found=found)
+                        assert list(sig3.items()) == list(sig.items())
+                        assert rows3 == rows and found3 == found
                         if query != "nothing matches" and as_of is None:
                             assert found  # the comparison is not vacuous

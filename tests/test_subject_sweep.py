@@ -6,8 +6,10 @@ pgvector, that it brings a person's fact that shares no word with the question b
 # ruff: noqa: F811  (pytest fixtures imported from test_retrieve_support)
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from test_retrieve_support import T0, Store, store  # noqa: F401  (fixtures)
@@ -15,7 +17,7 @@ from test_retrieve_support import T0, Store, store  # noqa: F401  (fixtures)
 from engramdb.infra.pgsql import vector_literal
 from engramdb.infra.providers.scripted import HashEmbedder, bow_tokens
 from engramdb.infra.read_pool import open_worker_pool
-from engramdb.services.retrieve import Retriever
+from engramdb.services.retrieve import Retriever, signals, subject_sweep
 from engramdb.services.retrieve.config import RetrieveConfig
 from engramdb.services.retrieve.models import PlannedEntity, RetrievalPlan
 from engramdb.services.retrieve.planner import analyze_query, build_plan, load_lookup, load_names
@@ -412,3 +414,61 @@ def test_the_sweep_on_a_worker_answers_as_on_the_request_connection(
                 assert {"embed_subject", "subject_sweep"} <= set(b.trace["timings_ms"])
     finally:
         workers.close()
+
+
+class HeldQuestionEmbedder(ConceptEmbedder):
+    """TEST DOUBLE: ``ConceptEmbedder``, except that the embedding of ``held`` (the question
+    itself) waits until ``release`` is set — as if the longer text were still being embedded."""
+
+    def __init__(self, held: str, release: threading.Event) -> None:
+        super().__init__(384)
+        self.held, self.release = held, release
+        self.released_in_time = True
+
+    def embed_query(self, text: str) -> list[float]:
+        if text == self.held:
+            self.released_in_time = self.release.wait(timeout=20)
+        return super().embed_query(text)
+
+
+def test_the_sweep_and_the_turns_bm25_do_not_wait_for_the_questions_vector(
+    concept_store: Store, pg_url: str, agent_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ADR-0042: the sweep's statements need only the name-less question's vector and BM25 over
+    the turns needs none, so with database workers both run while the question is still being
+    embedded. The question's embedding here is held until both have run: were either to wait
+    for the question's vector, the call would wait out the 20 s timeout. Same answer as a
+    retriever whose embedding is not held."""
+    s = concept_store
+    s.entity(agent_id, "person:tim", "Tim")
+    for i, text in enumerate(["Tim went to London.", "Tim cooks pasta.", "Tim visited Rome last year."]):
+        s.fact(agent_id, f"f{i}", "person:tim", text, valid_from=T0 - timedelta(days=i))
+        s.message(agent_id, f"m{i}", text, T0 - timedelta(hours=i), speaker="Tim")
+    query = "Which places has Tim been to?"
+    ran: set[str] = set()
+    release = threading.Event()
+
+    def seen(name: str, fn: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            out = fn(*args, **kwargs)
+            ran.add(name)
+            if ran >= {"sweep", "turns_bm25"}:
+                release.set()
+            return out
+        return wrapper
+
+    monkeypatch.setattr(subject_sweep, "sweep", seen("sweep", subject_sweep.sweep))
+    monkeypatch.setattr(signals, "bm25_messages", seen("turns_bm25", signals.bm25_messages))
+    held = HeldQuestionEmbedder(query, release)
+    workers = open_worker_pool(pg_url, s.schema)
+    try:
+        with Retriever(s.pool, held, worker_pool=workers) as beside, Retriever(
+                s.pool, EMBEDDER, worker_pool=workers) as plain:
+            result = beside.retrieve(agent_id, query)
+            assert held.released_in_time, "a statement waited for the question's vector"
+            expected = plain.retrieve(agent_id, query)
+    finally:
+        workers.close()
+    assert [f.fact_id for f in result.facts] == [f.fact_id for f in expected.facts]
+    assert [e.message_id for e in result.events] == [e.message_id for e in expected.events]
+    assert result.trace["candidates"]["subject_facts"] > 0 and result.facts

@@ -59,7 +59,7 @@ from engramdb.services.retrieve.planner import (
     sanitize_query,
 )
 from engramdb.services.retrieve.rank import Candidate, EventCandidate, order_key, rank, rank_events
-from engramdb.services.retrieve.rrf_signals import bm25_fact_signal, message_signals
+from engramdb.services.retrieve.rrf_signals import bm25_fact_signal, message_bm25, message_signals
 from engramdb.services.retrieve.size_gate import SizeGate
 from engramdb.services.retrieve.stages import (
     Call,
@@ -334,7 +334,7 @@ class Retriever:
     def _sweep_signal(self, call: Call, started: subject_sweep.Started) -> subject_sweep.Swept:
         """The subject sweep's statements on a worker connection (ADR-0038)."""
         with self._workers.connection() as sweep_conn:
-            return subject_sweep.run(call, sweep_conn, started, call.query_vector(), self.exact_search_rows)
+            return subject_sweep.run(call, sweep_conn, started, call.query_vector, self.exact_search_rows)
 
     def _events_signal(self, call: Call) -> EventsOut:
         """Messages run beside the fact signals on a worker connection (the second core)."""
@@ -342,15 +342,21 @@ class Retriever:
             return self._events_on(ev_conn, call)
 
     def _events_on(self, conn: Any, call: Call) -> EventsOut:
+        bm25_ms = 0.0
+        bm25_found = None
+        if call.cfg.ranking == "rrf":  # BM25 needs no vector: read while it is embedded (ADR-0042)
+            bm25_start = time.perf_counter()
+            bm25_found = message_bm25(conn, call)
+            bm25_ms = ms(bm25_start)
         qv = call.query_vector()
         ev_start = time.perf_counter()
         if call.cfg.ranking == "rrf":
-            sig, rows_ = message_signals(conn, call, qv, self.exact_search_rows)
+            sig, rows_ = message_signals(conn, call, qv, self.exact_search_rows, bm25_found)
         else:
             sig, rows_ = signals.message_events(
                 conn, call.agent_id, qv, call.words, call.cfg, call.floor, call.as_of,
                 call.modes["mem_messages"], self.exact_search_rows, call.small.get("mem_messages"))
-        return sig, rows_, ms(ev_start)
+        return sig, rows_, bm25_ms + ms(ev_start)
 
     def _graph(
         self, call: Call, conn: Any, plan: RetrievalPlan, lookup: PlannerLookup, anchor: datetime

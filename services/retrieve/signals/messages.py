@@ -127,13 +127,20 @@ def message_lists(
     as_of: datetime | None,
     exact_rows: int = 0,
     small: bool | None = None,
+    bm25_found: list[tuple[str, float]] | None = None,
 ) -> tuple[dict[str, dict[str, float]], list[tuple[Any, ...]], list[tuple[str, float]]]:
     """Rank fusion's two turn lists in ONE statement (ADR-0031): the nearest turns above the
     threshold (``message_events`` without keywords) and the BM25 best (``bm25_messages``,
     as a CTE), with the rows of both. Before, three round trips on the turns' worker —
     nearest + rows, BM25, then the rows BM25 alone found — each parsed, planned and
     answered apart. Same statements inside, same results: the cosine signals, the rows (the
-    nearest's by id, then those BM25 alone found, by id) and BM25's (id, score) best first."""
+    nearest's by id, then those BM25 alone found, by id) and BM25's (id, score) best first.
+
+    ``bm25_found``: BM25's best already read (``bm25_messages`` with the same query text and
+    ``cfg.candidate_pool``), so this statement does not score them again. Why: BM25 needs no
+    vector, so the pipeline reads it while the question is still being embedded and only the
+    nearest turns and the rows wait for the vector (ADR-0042); in one statement the whole
+    BM25 scoring sat after the embedding on the call's critical path."""
     limit = max(cfg.candidate_pool, cfg.topk_events * 4)
     if qvec is not None:
         sem = (nearest_cte("mem_messages", "m", "message_id", message_visibility(as_of), exact_rows, small)
@@ -141,10 +148,15 @@ def message_lists(
     else:
         sem = "sem AS (SELECT NULL::text AS message_id, NULL::float8 AS cos WHERE FALSE)"
     params: dict[str, Any] = {"q": qvec, "a": agent_id, "t": as_of, "n": limit,
-                              "maxd": 1.0 - similarity_threshold(cfg, floor),
-                              **bm25_params(query_text, cfg.candidate_pool)}
+                              "maxd": 1.0 - similarity_threshold(cfg, floor)}
+    if bm25_found is None:
+        params.update(bm25_params(query_text, cfg.candidate_pool))
+        bm = f"bm AS MATERIALIZED ({bm25_messages_cte(as_of)})"
+    else:
+        params.update(bm_ids=[i for i, _ in bm25_found], bm_scores=[s for _, s in bm25_found])
+        bm = "bm AS (SELECT * FROM unnest(%(bm_ids)s::text[], %(bm_scores)s::float8[]) AS b(id, score))"
     sql = f"""
-        WITH {sem}, bm AS MATERIALIZED ({bm25_messages_cte(as_of)}),
+        WITH {sem}, {bm},
              ids AS (SELECT message_id FROM sem UNION SELECT id FROM bm)
         SELECT {TURN_ROW},
                sem.cos, bm.score
