@@ -14,8 +14,8 @@ is unchanged.
 Protocol per group (one duplex pipe per worker): the parent sends ``(key_bytes, stop, oids)``;
 the worker folds and formats; if the cache lacked a vector for some text it sends
 ``("missing", {read model: texts})`` — the parent embeds them (its embedder, counted, the
-cache semantics of ADR-0005) and answers ``True`` — and formats again; then it sends
-``("done", events, {read model: [(table, blocks, rows)]}, fold_s, {read model: format_s})``.
+cache semantics of ADR-0005) and answers whether it did — and, if so, formats again; then it
+sends ``("done", events, {read model: [(table, blocks, rows)]}, fold_s, {read model: format_s})``.
 Errors come back as ``("error", traceback)``. Workers are started with ``spawn`` (the rebuilding process
 holds connections, a connection pool and threads: ``fork`` would copy their locks).
 
@@ -121,9 +121,11 @@ def _group(app: Any, conn: Any, spec: WorkerSpec, rms: Sequence[Any],
             seconds[rm.name] = seconds.get(rm.name, 0.0) + time.perf_counter() - t
         if attempt or not any(missing.values()):
             break  # (still missing after the fill: NULL vectors, as the in-process load)
-        # a cold cache: the parent embeds them (and stores them), then format again
+        # a cold cache: the parent embeds them (and stores them), then format again —
+        # unless it answers False (nothing was filled: ``fold_and_load``'s ``fill`` contract)
         pipe.send(("missing", missing))
-        pipe.recv()
+        if not pipe.recv():
+            break
     del folds
     return ("done", events, out, folded - started, seconds)
 
@@ -184,9 +186,9 @@ class FoldWorkers:
             msg = self._recv(pipe)
             if msg[0] == "missing":
                 t2 = time.perf_counter()
-                fill(msg[1])
+                filled = bool(fill(msg[1]))
                 out.fill_seconds += time.perf_counter() - t2
-                pipe.send(True)
+                pipe.send(filled)
                 msg = self._recv(pipe)
             out.wait_seconds += time.perf_counter() - t
             _, events, formatted, fold_s, format_s = msg
