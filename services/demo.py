@@ -35,19 +35,58 @@ def _line(title: str) -> None:
     print(f"\n=== {title} " + "=" * max(0, 60 - len(title)))
 
 
-def _publish(nats_url: str, turns: list[tuple[str, str, str]], first: int, results: list, prefix: str) -> None:
-    """Publish turns in order and wait until the ingest consumer has processed them."""
-    expected = set()
+def _publish(memory: Memory, nats_url: str, turns: list[tuple[str, str, str]], first: int,
+             results: list, prefix: str) -> list[str]:
+    """Publish turns in order and wait until each has been processed — by this process's
+    consumer or by another's: a running ``engramdb serve`` on the same data may hold the
+    partition the demo's agent hashes to (ADR-0020), and then its consumer takes the turns.
+    Processed by anyone means recorded in the conversation log (``mem_messages``)."""
+    expected: list[str] = []
     for i, (session, speaker, text) in enumerate(turns, start=first + 1):
         message = ConversationMessage(
             agent_id=AGENT, message_id=f"demo-{i}", session_id=session, speaker=speaker, text=text
         )
         publish_message(nats_url, message, prefix=prefix)
-        expected.add(message.message_id)
+        expected.append(message.message_id)
         print(f"  published {message.message_id}: {text}")
     deadline = time.monotonic() + 120
-    while not expected <= {r.message_id for r in results} and time.monotonic() < deadline:
-        time.sleep(0.05)
+    while time.monotonic() < deadline:
+        done = {r.message_id for r in results}
+        if set(expected) <= done or set(expected) <= done | _recorded(memory, expected):
+            break
+        time.sleep(0.1)
+    return expected
+
+
+def _recorded(memory: Memory, message_ids: list[str]) -> set[str]:
+    """The demo agent's turns already in the conversation log, whoever processed them."""
+    with memory.cell(AGENT).pool.connection() as conn:
+        rows = conn.execute(
+            "SELECT message_id FROM mem_messages WHERE agent_id = %s AND message_id = ANY(%s)",
+            (AGENT, message_ids),
+        ).fetchall()
+    return {row[0] for row in rows}
+
+
+def _decisions(memory: Memory, published: list[str], results: list) -> None:
+    """Each turn's decisions: this process's results, or the log's for a turn another
+    process's consumer decided."""
+    here = {r.message_id: r for r in results}
+    elsewhere: dict[str, list[str]] = {}
+    if any(message_id not in here for message_id in published):
+        for entry in memory.history(AGENT):
+            if entry.message_id is not None and entry.decision not in ("OPENED",):
+                text = entry.text or entry.entity_key or ""
+                elsewhere.setdefault(entry.message_id, []).append(f"{entry.decision} {text}")
+    for message_id in sorted(published):
+        result = here.get(message_id)
+        if result is not None:
+            kinds = ", ".join(f"{d.kind} {d.text or d.entity_key}" for d in result.decisions)
+            note = " (already processed)" if result.duplicate else ""
+        else:
+            kinds = ", ".join(elsewhere.get(message_id, []))
+            note = " (decided by another process's consumer)"
+        print(f"  {message_id}{note}: {kinds or 'nothing to remember'}")
 
 
 def run_demo() -> None:
@@ -65,18 +104,20 @@ def run_demo() -> None:
         )
         with IngestThread(app):
             # the first session, then a moment to ask "as of" later, then the second session
-            _publish(nats_url, CONVERSATION[:3], 0, results, settings.subject_prefix)
+            published = _publish(memory, nats_url, CONVERSATION[:3], 0, results,
+                                 settings.subject_prefix)
             before_move = datetime.now(UTC)
             time.sleep(0.05)
-            _publish(nats_url, CONVERSATION[3:], 3, results, settings.subject_prefix)
-        position = max((r.position for r in results), default=None)
-        memory.wait_for_projections(position, agent_id=AGENT)
+            published += _publish(memory, nats_url, CONVERSATION[3:], 3, results,
+                                  settings.subject_prefix)
+        if {r.message_id for r in results} >= set(published):
+            memory.wait_for_projections(max((r.position for r in results), default=None),
+                                        agent_id=AGENT)
+        else:  # some were decided elsewhere: their positions are not ours to know
+            memory.wait_for_projections(agent_id=AGENT)
 
         _line("decisions, per message")
-        for result in sorted(results, key=lambda r: r.message_id):
-            kinds = ", ".join(f"{d.kind} {d.text or d.entity_key}" for d in result.decisions)
-            note = " (already processed)" if result.duplicate else ""
-            print(f"  {result.message_id}{note}: {kinds or 'nothing to remember'}")
+        _decisions(memory, published, results)
 
         _line("events in the log (agent aggregate)")
         for entry in memory.history(AGENT):
