@@ -139,6 +139,13 @@ def test_first_person_is_rewritten_to_the_speaker() -> None:
         "Rita worked at Acme",
         "Rita now works at Globex.",
     ]
+    # A short preamble before a colon is dropped when the clause after it is the speaker's
+    assert [f.text for f in extract("Big news: I moved to Porto Alegre last week.").facts] == [
+        "Rita moved to Porto Alegre last week."
+    ]
+    assert [f.text for f in extract("Novidade: eu moro em Lisboa.").facts] == ["Rita mora em Lisboa."]
+    assert [f.text for f in extract("Dear diary: my brother visits me in Porto.").facts] == [
+        "Dear diary: my brother visits me in Porto."]  # not the speaker's clause: kept as said
     # Only a request to forget is a retraction; a reminder is information.
     [reminder] = extract("Don't forget that I'm allergic to nuts.").facts
     assert reminder.action == "NEW"

@@ -121,12 +121,20 @@ def rewrite_first_person(sentence: str, speaker: str | None) -> str:
     """Rewrite a *simple* leading first person to the speaker's name; else keep as-is.
 
     "I moved to Porto Alegre" → "Caroline moved to Porto Alegre"; "I'm a teacher" →
-    "Caroline is a teacher"; "Eu moro em Lisboa" / "Moro em Lisboa" → "Ana mora em Lisboa".
+    "Caroline is a teacher"; "Eu moro em Lisboa" / "Moro em Lisboa" → "Ana mora em Lisboa";
+    "Big news: I moved to Porto Alegre" → "Caroline moved to Porto Alegre" (a preamble of up to
+    three words before a colon is dropped only when the clause after it is rewritten).
     Anything harder (first person left later in the sentence, unknown verb) stays verbatim:
     a faithful sentence beats a wrong rewrite.
     """
     if not speaker:
         return sentence
+    # a short preamble before a colon ("Big news: I moved to…", "Novidade: mudei para…")
+    # says nothing the fact needs: the clause after it is the fact, rewritten as any other
+    preamble = re.match(r"^\w+(?:\s+\w+){0,2}\s*:\s+(?=\S)", sentence)
+    if preamble:
+        rewritten = rewrite_first_person(sentence[preamble.end() :], speaker)
+        return rewritten if rewritten.startswith(f"{speaker} ") else sentence
     lead = re.match(r"^(?P<adv>[A-Za-z]+)\s*,?\s+(?=I\b)", sentence)
     if lead and lead.group("adv").lower() in EN_ADVERBS:  # "now I work at…"
         rewritten = rewrite_first_person(sentence[lead.end() :], speaker)
