@@ -51,8 +51,8 @@ def _publish(memory: Memory, nats_url: str, turns: list[tuple[str, str, str]], f
         print(f"  published {message.message_id}: {text}")
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        done = {r.message_id for r in results}
-        if set(expected) <= done or set(expected) <= done | _recorded(memory, expected):
+        missing = set(expected) - {r.message_id for r in results}
+        if not missing or missing <= _recorded(memory, sorted(missing)):
             break
         time.sleep(0.1)
     return expected
@@ -75,7 +75,7 @@ def _decisions(memory: Memory, published: list[str], results: list) -> None:
     elsewhere: dict[str, list[str]] = {}
     if any(message_id not in here for message_id in published):
         for entry in memory.history(AGENT):
-            if entry.message_id is not None and entry.decision not in ("OPENED",):
+            if entry.message_id is not None:
                 text = entry.text or entry.entity_key or ""
                 elsewhere.setdefault(entry.message_id, []).append(f"{entry.decision} {text}")
     for message_id in sorted(published):
