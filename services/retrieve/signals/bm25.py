@@ -45,16 +45,15 @@ EXACT_STATS_ROWS = 20_000
 _OPERAND = "'''' || replace(replace(t.lexeme, '\\', '\\\\'), '''', '''''') || ''''"
 
 
-def _bm25_sql(table: str, alias: str, id_col: str, where: str, text_param: str = "q", limit_param: str = "n") -> str:
+def _bm25_sql(table: str, alias: str, id_col: str, where: str) -> str:
     """The statement for ``table`` (``where``: the visibility filter of ``alias``); the query
-    text and the limit are the parameters ``text_param`` / ``limit_param`` (renamed when the
-    statement is a CTE of a larger one that uses ``q`` / ``n`` otherwise)."""
+    text and the limit are the parameters ``q`` / ``n``."""
     a = alias
     visible = f"{a}.agent_id = %(a)s AND {where}"
     return f"""
     WITH q AS MATERIALIZED (
         SELECT array_agg(t.lexeme) AS lexemes, string_agg({_OPERAND}, ' | ')::tsquery AS query
-          FROM unnest(engramdb_tsv(%({text_param})s)) t
+          FROM unnest(engramdb_tsv(%(q)s)) t
     ), sample AS MATERIALIZED (
         SELECT count(*)::float8 * {SAMPLE_BUCKETS} AS n, coalesce(avg({a}.search_len), 0)::float8 AS avgdl
           FROM {table} {a}
@@ -83,7 +82,7 @@ def _bm25_sql(table: str, alias: str, id_col: str, where: str, text_param: str =
       FROM hits h JOIN df d USING (lexeme) CROSS JOIN stats s
      GROUP BY h.id
      ORDER BY score DESC, h.id
-     LIMIT %({limit_param})s
+     LIMIT %(n)s
     """
 
 
@@ -97,17 +96,6 @@ def _run(conn: Any, statement: str, params: dict[str, Any]) -> list[tuple[str, f
     with custom_plans(conn):
         cur = conn.execute(statement, params)
     return [(r[0], float(r[1])) for r in cur.fetchall()]
-
-
-def bm25_messages_cte(as_of: datetime | None) -> str:
-    """``bm25_messages``' statement as the body of a CTE (rows ``id``, ``score``, best first),
-    its query text in ``%(kq)s`` and its limit in ``%(kn)s``; with ``bm25_params``."""
-    return _bm25_sql("mem_messages", "m", "message_id", message_visibility(as_of), "kq", "kn")
-
-
-def bm25_params(query_text: str, limit: int, exact_rows: int | None = None) -> dict[str, Any]:
-    """The parameters of ``bm25_messages_cte`` besides the agent ``a`` and the instant ``t``."""
-    return {"kq": query_text, "kn": limit, "k1": float(K1), "b": float(B), "exact_rows": _exact(exact_rows)}
 
 
 def bm25_messages(

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from engramdb.services.retrieve.config import RetrieveConfig
-from engramdb.services.retrieve.signals.bm25 import bm25_messages_cte, bm25_params
+from engramdb.services.retrieve.signals.bm25 import bm25_messages
 from engramdb.services.retrieve.signals.keyword import keyword_filter, keyword_params, match_count
 from engramdb.services.retrieve.signals.shared import (
     batch,
@@ -129,18 +129,16 @@ def message_lists(
     small: bool | None = None,
     bm25_found: list[tuple[str, float]] | None = None,
 ) -> tuple[dict[str, dict[str, float]], list[tuple[Any, ...]], list[tuple[str, float]]]:
-    """Rank fusion's two turn lists in ONE statement (ADR-0031): the nearest turns above the
-    threshold (``message_events`` without keywords) and the BM25 best (``bm25_messages``,
-    as a CTE), with the rows of both. Before, three round trips on the turns' worker —
-    nearest + rows, BM25, then the rows BM25 alone found — each parsed, planned and
-    answered apart. Same statements inside, same results: the cosine signals, the rows (the
-    nearest's by id, then those BM25 alone found, by id) and BM25's (id, score) best first.
+    """Rank fusion's two turn lists (ADR-0031, ADR-0042): the nearest turns above the threshold
+    (``message_events`` without keywords) and BM25's best (``bm25_messages``), with the rows of
+    both from ONE statement. Before, three round trips — nearest + rows, BM25, then the rows
+    BM25 alone found. Same results: the cosine signals, the rows (the nearest's by id, then
+    those BM25 alone found, by id) and BM25's (id, score) best first.
 
     ``bm25_found``: BM25's best already read (``bm25_messages`` with the same query text and
-    ``cfg.candidate_pool``), so this statement does not score them again. Why: BM25 needs no
-    vector, so the pipeline reads it while the question is still being embedded and only the
-    nearest turns and the rows wait for the vector (ADR-0042); in one statement the whole
-    BM25 scoring sat after the embedding on the call's critical path."""
+    ``cfg.candidate_pool``). The pipeline reads it while the question is still being embedded,
+    so only the nearest turns and the rows wait for the vector (ADR-0042); without it, it is
+    read here first."""
     limit = max(cfg.candidate_pool, cfg.topk_events * 4)
     if qvec is not None:
         sem = (nearest_cte("mem_messages", "m", "message_id", message_visibility(as_of), exact_rows, small)
@@ -150,13 +148,11 @@ def message_lists(
     params: dict[str, Any] = {"q": qvec, "a": agent_id, "t": as_of, "n": limit,
                               "maxd": 1.0 - similarity_threshold(cfg, floor)}
     if bm25_found is None:
-        params.update(bm25_params(query_text, cfg.candidate_pool))
-        bm = f"bm AS MATERIALIZED ({bm25_messages_cte(as_of)})"
-    else:
-        params.update(bm_ids=[i for i, _ in bm25_found], bm_scores=[s for _, s in bm25_found])
-        bm = "bm AS (SELECT * FROM unnest(%(bm_ids)s::text[], %(bm_scores)s::float8[]) AS b(id, score))"
+        bm25_found = bm25_messages(conn, agent_id, query_text, as_of, cfg.candidate_pool)
+    params.update(bm_ids=[i for i, _ in bm25_found], bm_scores=[s for _, s in bm25_found])
     sql = f"""
-        WITH {sem}, {bm},
+        WITH {sem},
+             bm AS (SELECT * FROM unnest(%(bm_ids)s::text[], %(bm_scores)s::float8[]) AS b(id, score)),
              ids AS (SELECT message_id FROM sem UNION SELECT id FROM bm)
         SELECT {TURN_ROW},
                sem.cos, bm.score
