@@ -13,7 +13,7 @@ becomes a no-op; it also keeps what the extractor answered, so no LLM output is 
 Events are declared as classes so their attributes are typed for every reader (folds,
 projectors, audit). Their stored form is what it was when eventsourcing derived them from the
 decorated methods: same topics (``<module>:<Aggregate>.<Event>``), same field names in the
-same order — ``tests/test_event_format.py`` pins both. A field added later gets a
+same order — ``tests/integration/test_event_format.py`` pins both. A field added later gets a
 ``class_version`` and an upcaster, so events stored without it still load (``FactAdded``).
 Events written before the code moved into the ``engramdb`` package carry topics under
 ``domain.aggregate``; ``LEGACY_MODULE_TOPIC`` is registered so they still resolve to these

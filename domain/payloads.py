@@ -7,7 +7,7 @@ one edit, and the type checker follows a fact end to end instead of trusting a d
 
 Field order is the stored-event order: events serialise their fields in declaration order, so
 reordering these would change the bytes written for new events (loading old ones would still
-work). Keep it; ``tests/test_event_format.py`` pins it.
+work). Keep it; ``tests/integration/test_event_format.py`` pins it.
 
 Provenance: ``source_message_id`` is the message being processed; ``source_message_ids`` is
 that message first, then the other messages the extractor cited for the fact (an extractor

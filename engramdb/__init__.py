@@ -12,17 +12,37 @@ layer's dependencies (FastAPI, NATS, the database drivers); type checkers see th
 from __future__ import annotations
 
 from importlib import import_module
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-# public name -> module that defines it (one place; the test in tests/test_public_api.py pins it)
+_LAYERS = ("domain", "projections", "services", "infra")
+
+
+def _check_layer_links() -> None:
+    """In a checkout the layers are symlinks (ADR-0007). Git without symlink support (Windows
+    without ``core.symlinks``) writes each link as a small text file instead, and every import
+    below would fail with an unexplained ``ModuleNotFoundError``: say what is wrong at once."""
+    here = Path(__file__).resolve().parent
+    plain = [layer for layer in _LAYERS if (here / layer).is_file()]
+    if plain:
+        raise ImportError(
+            f"engramdb/{plain[0]} is a plain file, not a link to ../{plain[0]}: this checkout "
+            "was made without symlinks; run `git config core.symlinks true && git checkout -- "
+            "engramdb` (on Windows, enable Developer Mode first) and reinstall"
+        )
+
+
+_check_layer_links()
+
+# public name -> module that defines it (one place; tests/integration/test_packaging.py pins it)
 _EXPORTS: dict[str, str] = {
-    "Memory": "engramdb.services.memory",
+    "Memory": "engramdb.services.memory.facade",
     "Settings": "engramdb.infra.settings",
-    "ConversationMessage": "engramdb.services.messages",
-    "InvalidMessage": "engramdb.services.messages",
-    "WriteResult": "engramdb.services.write",
+    "ConversationMessage": "engramdb.services.write.messages",
+    "InvalidMessage": "engramdb.services.write.messages",
+    "WriteResult": "engramdb.services.write.models",
     "RetrieveResult": "engramdb.services.retrieve.models",
     "RetrieveConfig": "engramdb.services.retrieve.config",
     "UnknownConfigKey": "engramdb.services.retrieve.config",
@@ -55,14 +75,14 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from engramdb.infra.settings import Settings as Settings
     from engramdb.projections.read_model import EmbeddingModelMismatch as EmbeddingModelMismatch
     from engramdb.services.extraction.port import Extractor as Extractor
-    from engramdb.services.memory import Memory as Memory
-    from engramdb.services.messages import ConversationMessage as ConversationMessage
-    from engramdb.services.messages import InvalidMessage as InvalidMessage
+    from engramdb.services.memory.facade import Memory as Memory
     from engramdb.services.retrieve.config import RetrieveConfig as RetrieveConfig
     from engramdb.services.retrieve.config import UnknownConfigKey as UnknownConfigKey
     from engramdb.services.retrieve.models import RetrieveResult as RetrieveResult
     from engramdb.services.retrieve.rerank import RerankFailed as RerankFailed
-    from engramdb.services.write import WriteResult as WriteResult
+    from engramdb.services.write.messages import ConversationMessage as ConversationMessage
+    from engramdb.services.write.messages import InvalidMessage as InvalidMessage
+    from engramdb.services.write.models import WriteResult as WriteResult
 
 
 def __getattr__(name: str) -> Any:

@@ -11,7 +11,7 @@ plaintext goes straight to ``orjson.loads``, and the transcoder's objects
 what the ``object_hook`` does, bottom-up, with the application transcoder's own transcodings.
 Upcasting and the event object's construction are the mapper's (``class_version`` upcasters,
 ``object.__new__`` + ``__dict__``), so the event is the same object, field for field
-(``tests/test_bulk_decode.py`` compares every event of a log touching every event kind).
+(``tests/integration/test_bulk_decode.py`` compares every event of a log touching every event kind).
 
 Everything else goes through the mapper itself, unchanged: states stored in clear (events
 written before encryption, the ``Erased`` marker — the mapper also forgets the key then),

@@ -10,7 +10,7 @@ A row is created on the agent's first event. Erasing sets ``data_key`` to NULL a
 ``erased_at``: the row stays, so a later write for that agent is refused instead of silently
 getting a fresh key under which new and old events would mix.
 
-Why a process-wide cache keyed by (database, schema): every ``MemoryApplication`` in a process
+Why a process-wide cache keyed by (database, schema): every ``EventLog`` in a process
 (the write path's and one per projector) has its own mapper, yet they must agree that a key
 is gone as soon as any of them reads the ``Erased`` marker (``forget``). Looking a key up is
 one indexed query per agent per process; afterwards encryption costs only AES-GCM.

@@ -20,7 +20,7 @@ Why peek at the subscription's buffer instead of a read-ahead thread: eventsourc
 queue of such lists; ``next()`` cannot block while either is non-empty. Reading that state is
 cheaper and simpler than another thread with its own stop protocol. If a future library
 version renames it, ``_buffered`` answers False and batches degrade to one event each —
-slower, still correct (``tests/test_projections.py`` asserts batches > 1 happen).
+slower, still correct (``tests/integration/test_projections.py`` asserts batches > 1 happen).
 """
 
 from __future__ import annotations

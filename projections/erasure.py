@@ -18,7 +18,7 @@ from typing import Any
 
 from psycopg import sql
 
-from engramdb.projections.pipelined import fetch_row, fetch_rows
+from engramdb.projections.libpq_pipeline import fetch_row, fetch_rows
 from engramdb.projections.tables import Table
 
 

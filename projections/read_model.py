@@ -42,7 +42,7 @@ from engramdb.infra.pgsql import search_path_sql, set_search_path
 from engramdb.projections.batching import Batch, BatchProjection
 from engramdb.projections.embeddings import fill_cache_outside_transactions, text_hash
 from engramdb.projections.handlers import EventHandlers
-from engramdb.projections.pipelined import insert_tracking
+from engramdb.projections.libpq_pipeline import insert_tracking
 from engramdb.projections.tables import (
     EMBEDDING_CACHE_DDL,
     READ_MODEL_META_DDL,
@@ -78,7 +78,7 @@ def fast_dumps(value: Any) -> bytes | str:
     ``dumps``; the jsonb value PostgreSQL stores is the same either way (it re-parses the text
     and orders keys itself). One difference, on purpose: a NaN or infinite float becomes
     ``null`` (``json`` wrote ``NaN``, which PostgreSQL refuses: the batch failed, forever).
-    ``tests/test_rebuild.py`` compares the tables."""
+    ``tests/integration/test_rebuild.py`` compares the tables."""
     try:
         return orjson.dumps(value, default=_refuse, option=_ORJSON_PLAIN)
     except TypeError:  # orjson.JSONEncodeError is a TypeError
@@ -178,7 +178,7 @@ class ReadModelView(EventHandlers, PostgresTrackingRecorder):
         one cache insert, committed on their own (a paid vector survives a failed batch).
         Rows are written in libpq pipeline mode: statements go out without waiting for each
         reply; a statement whose rows are needed (agent lookup, merge, the tracking row) runs
-        on a cursor of its own (``projections.pipelined``: on the shared cursor it could be
+        on a cursor of its own (``projections.libpq_pipeline``: on the shared cursor it could be
         handed an earlier INSERT's reply). An error anywhere aborts the rest and rolls the
         transaction back.
         """

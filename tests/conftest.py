@@ -1,122 +1,21 @@
-"""Shared server fixtures: ONE real PostgreSQL (pgvector) and ONE real NATS JetStream per run.
+"""Fixtures every kind of test may use; none starts a server.
 
-Servers are the embedded ones (throwaway data dir under /tmp, fsync off for speed) unless
-``ENGRAMDB_TEST_DATABASE_URL`` / ``ENGRAMDB_TEST_NATS_URL`` point at existing servers.
-Isolation between tests comes from unique agent ids (``agent_id``) or unique schemas
-(``fresh_schema``), not from fresh servers. Keep this file about servers only.
+The suite is split by what a test needs (ADR-0043): ``tests/unit`` runs with no server
+(``pytest tests/unit``), ``tests/integration`` gets ONE real PostgreSQL and ONE real NATS per
+run from its own ``conftest.py``, ``tests/support`` holds fake servers and harnesses.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
-import tempfile
 import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import NamedTuple
 
-import psycopg
 import pytest
-from psycopg import sql
-
-from engramdb.infra.database import ensure_extensions, es_env_from_url
-from engramdb.infra.embedded_nats import ensure_nats
-from engramdb.infra.embedded_postgres import ensure_postgres
 
 # 2-core machine. Set at conftest import, i.e. before any test module imports numpy/onnx.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
-class FreshSchema(NamedTuple):
-    schema: str
-    env: dict[str, str]
-
-
-@pytest.fixture(scope="session")
-def embedded_data_dir() -> Iterator[Path]:
-    """Session data dir for the embedded servers (under /tmp: as root the server user must be
-    able to traverse its parents, which pytest's 0700 ``pytest-of-root`` would forbid)."""
-    path = Path(tempfile.mkdtemp(prefix="engramdb-test-", dir="/tmp"))
-    yield path
-    _stop_servers_under(path)
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def _stop_servers_under(path: Path) -> None:
-    """Stop any server still running from ``path`` before it is deleted. A test that opened
-    a second handle on the session servers (e.g. ``Settings(data_dir=embedded_data_dir)``)
-    keeps them claimed past the fixtures' own release; its ``atexit`` release then finds the
-    data dir gone and cannot tell which server was its, so the server would outlive the run."""
-    import psutil
-
-    mine = []
-    for proc in psutil.process_iter(["cmdline"]):
-        cmdline = proc.info.get("cmdline") or []
-        if any(str(path) in arg for arg in cmdline):
-            mine.append(proc)
-    for proc in mine:
-        with contextlib.suppress(psutil.Error):
-            proc.terminate()
-    _gone, alive = psutil.wait_procs(mine, timeout=10)
-    for proc in alive:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-
-
-@pytest.fixture(scope="session")
-def pg_url(embedded_data_dir: Path) -> Iterator[str]:
-    external = os.environ.get("ENGRAMDB_TEST_DATABASE_URL")
-    if external:
-        ensure_extensions(external)
-        yield external
-        return
-    handle = ensure_postgres(embedded_data_dir, fast_unsafe=True)
-    ensure_extensions(handle.url)
-    yield handle.url
-    handle.stop()
-
-
-@pytest.fixture(scope="session")
-def nats_url(embedded_data_dir: Path) -> Iterator[str]:
-    external = os.environ.get("ENGRAMDB_TEST_NATS_URL")
-    if external:
-        yield external
-        return
-    handle = ensure_nats(embedded_data_dir)
-    yield handle.url
-    handle.stop()
-
-
-@pytest.fixture
-def es_env(pg_url: str) -> dict[str, str]:
-    """eventsourcing env (PERSISTENCE_MODULE + POSTGRES_*), a fresh dict per test."""
-    return es_env_from_url(pg_url)
-
-
 @pytest.fixture
 def agent_id() -> str:
     return f"agent-{uuid.uuid4().hex}"
-
-
-@pytest.fixture
-def fresh_schema(pg_url: str) -> Iterator[Callable[..., FreshSchema]]:
-    """Factory: ``schema, env = fresh_schema()`` creates a unique schema (dropped after the
-    test); ``env`` is ``es_env`` plus ``POSTGRES_SCHEMA``."""
-    created: list[str] = []
-
-    def make(prefix: str = "t") -> FreshSchema:
-        name = f"{prefix}_{uuid.uuid4().hex[:12]}"
-        with psycopg.connect(pg_url, autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
-        created.append(name)
-        return FreshSchema(name, es_env_from_url(pg_url, name))
-
-    yield make
-    if created:
-        with psycopg.connect(pg_url, autocommit=True) as conn:
-            for name in created:
-                conn.execute(
-                    sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name))
-                )

@@ -1,4 +1,4 @@
-"""Per-model similarity floors, measured by ``bench/embedders.py`` (ADR 0003).
+"""Per-model similarity floors, measured by ``bench/embedders/run.py`` (ADR 0003).
 
 Raw cosine means different things per model: multilingual-e5 puts even unrelated texts at
 0.70-0.85, MiniLM around 0.1, the hashing test double at 0 unless words (even "the") are

@@ -18,7 +18,7 @@ Why it is built this way:
   (default) adds retraction requests, compound sentences and self-introductions to v1,
   which stays loadable.
 * **Bounded output** — every call passes ``max_tokens`` sized from the schema and the
-  message's fact cap (``services/llm_budget.py``); the prompt states the same cap. An
+  message's fact cap (``services/extraction/llm_budget.py``); the prompt states the same cap. An
   answer cut at the bound fails like any malformed answer: empty extraction, the error
   and the partial raw output recorded with the message.
 """
@@ -48,8 +48,8 @@ from engramdb.infra.llm_timeout import call_with_timeout
 from engramdb.infra.prompt_files import PromptTemplate
 from engramdb.infra.prompt_files import load_prompt as _load_prompt
 from engramdb.infra.providers.errors import is_transient
+from engramdb.services.extraction.llm_budget import extraction_fact_cap, extraction_max_tokens
 from engramdb.services.extraction.port import ExtractionOutcome
-from engramdb.services.llm_budget import extraction_fact_cap, extraction_max_tokens
 
 DEFAULT_PROMPT_VERSION = "extraction/v2"
 CONTEXT_TOKEN_BUDGET = 800

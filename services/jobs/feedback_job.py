@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engramdb.infra.nats_auth import nats_servers
-from engramdb.services.feedback import feedback_stream_name, feedback_subject
 from engramdb.services.jobs.base import Job, JobContext
+from engramdb.services.jobs.feedback_stream import feedback_stream_name, feedback_subject
 
 FETCH_BATCH = 1000
 

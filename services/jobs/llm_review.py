@@ -32,8 +32,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from engramdb.domain.jobs import AgentJobs
 from engramdb.infra.llm_timeout import call_with_timeout
 from engramdb.infra.prompt_files import load_prompt
+from engramdb.services.extraction.llm_budget import (
+    CONSOLIDATION_MAX_PATTERNS,
+    consolidation_max_tokens,
+)
 from engramdb.services.jobs.base import JobContext
-from engramdb.services.llm_budget import CONSOLIDATION_MAX_PATTERNS, consolidation_max_tokens
 
 log = logging.getLogger("engramdb.jobs")
 

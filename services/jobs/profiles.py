@@ -21,8 +21,8 @@ from typing import Any
 
 from engramdb.infra.llm_timeout import call_with_timeout
 from engramdb.infra.prompt_files import load_prompt
+from engramdb.services.extraction.llm_budget import PROFILE_MAX_CHARS, profile_max_tokens
 from engramdb.services.jobs.base import Job, JobContext
-from engramdb.services.llm_budget import PROFILE_MAX_CHARS, profile_max_tokens
 
 log = logging.getLogger("engramdb.jobs")
 

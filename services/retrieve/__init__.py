@@ -1,7 +1,7 @@
 """The read pipeline (SPEC §3): ``Retriever(pool, embedder, llm=None).retrieve(agent_id, query)``.
 
 Modules: ``config`` (every knob), ``models`` (plan/result shapes), ``planner`` (deterministic
-plan), ``signals`` (SQL candidate generators), ``rank`` (merge & score), ``enhance``
+plan), ``signals`` (SQL candidate generators), ``rank`` (merge & score), ``spreading_activation``
 (spreading activation), ``rerank`` (LLM judge), ``formatter`` (context string),
 ``pipeline`` (orchestration), ``stages`` (the pool-free stages), ``trace`` (the per-call
 trace). Decisions: ADR 0006.

@@ -33,10 +33,10 @@ from engramdb.domain.ports import EmbeddingProvider, LLMProvider
 from engramdb.domain.time_range import check_instant
 from engramdb.infra.pgsql import vector_literal
 from engramdb.services.retrieve import (
-    enhance,
-    job_levers,
+    job_boosts,
     profile_section,
     signals,
+    spreading_activation,
     subject_sweep,
     tail_lists,
 )
@@ -59,7 +59,11 @@ from engramdb.services.retrieve.planner import (
     sanitize_query,
 )
 from engramdb.services.retrieve.rank import Candidate, EventCandidate, order_key, rank, rank_events
-from engramdb.services.retrieve.rrf_signals import bm25_fact_signal, message_bm25, message_signals
+from engramdb.services.retrieve.signals.rrf_lists import (
+    bm25_fact_signal,
+    message_bm25,
+    message_signals,
+)
 from engramdb.services.retrieve.size_gate import SizeGate
 from engramdb.services.retrieve.stages import (
     Call,
@@ -192,7 +196,7 @@ class Retriever:
             ranked, events, rerank_trace = rerank_candidates(self.llm, q, ranked, events, cfg)
             trace.note(reranker=rerank_trace)
             call.reranked = rerank_trace.get("status") == "ok"
-        ranked, events = job_levers.reweight(self.pool, call, ranked, events)  # ADR-0030
+        ranked, events = job_boosts.reweight(self.pool, call, ranked, events)  # ADR-0030
         facts, scored_events = select(call, ranked, events)
         patterns = self._patterns(call, facts, scored_events, f_patterns)
         profiles = profile_section.profiles_for(self.pool, call, plan)
@@ -399,7 +403,7 @@ class Retriever:
         """Enhance: spreading activation + pattern signal (already in the formula)."""
         trace, cfg = call.trace, call.cfg
         with trace.stage("enhance"):
-            spread = enhance.spread(conn, call.agent_id, ranked, known, cfg, call.as_of)
+            spread = spreading_activation.spread(conn, call.agent_id, ranked, known, cfg, call.as_of)
             trace.note(
                 spreading_candidates_returned=spread.returned,
                 spreading_candidates_unique=spread.unique,

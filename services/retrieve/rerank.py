@@ -19,7 +19,7 @@ from typing import Any
 from engramdb.domain.ports import LLMProvider
 from engramdb.infra.llm_timeout import call_with_timeout as _call_with_timeout
 from engramdb.infra.prompt_files import load_prompt as _load_prompt
-from engramdb.services.llm_budget import rerank_max_tokens
+from engramdb.services.extraction.llm_budget import rerank_max_tokens
 
 PROMPT_VERSION = "rerank/v1"
 _JSON_OBJECT = re.compile(r"\{.*\}", re.S)  # inside code fences / prose

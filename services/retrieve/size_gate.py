@@ -16,7 +16,7 @@ agent is far from the threshold — kept for a while:
   from the data exactly as the statement's own count did.
 
 So the same query on the same memory takes the same branch as before, and results are
-unchanged (tests: ``tests/test_size_gate.py``).
+unchanged (tests: ``tests/integration/test_size_gate.py``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``RetrieveResult.trace``: what one retrieve call did, stage by stage.
 
-The keys are a contract: tests, ``bench/retrieve_latency.py`` and operators read
+The keys are a contract: tests, ``bench/latency/retrieve.py`` and operators read
 ``timings_ms`` (ms per stage), ``candidates`` (counts per signal and drop) and the notes the
 stages add (plan sources, recency anchor, reranker outcome, format budget). Stages write
 through this helper so a stage's timing is taken the same way everywhere.

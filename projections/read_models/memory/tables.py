@@ -8,7 +8,7 @@ Temporal columns on facts (bi-temporal, ADR-0005):
 
 ``mem_facts`` rows are ``domain.fold.FactRow``s (the reference model) plus the vector:
 ``fact_values`` turns one into the column values both the projector and rebuild write
-(``tests/test_read_models.py`` checks the columns and ``FactRow``'s fields are the same set).
+(``tests/integration/test_read_models.py`` checks the columns and ``FactRow``'s fields are the same set).
 """
 
 from __future__ import annotations

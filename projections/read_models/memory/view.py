@@ -18,7 +18,7 @@ from engramdb.domain.payloads import FactPayload
 from engramdb.projections.embeddings import CACHED_VECTOR_SQL
 from engramdb.projections.erasure import drop_agent_rows
 from engramdb.projections.handlers import handles
-from engramdb.projections.pipelined import fetch_row, fetch_rows
+from engramdb.projections.libpq_pipeline import fetch_row, fetch_rows
 from engramdb.projections.read_model import ReadModelView, jsonb
 from engramdb.projections.read_models.memory.tables import (
     FACTS,

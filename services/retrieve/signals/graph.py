@@ -1,6 +1,6 @@
 """The graph signal: BFS over relationships from the query's entities, the facts linked to
 each reached entity (link table, else ``entity_key``) and entity specificity (IDF), which
-spreading activation (``enhance``) and aggregation reuse."""
+spreading activation (``spreading_activation``) and aggregation reuse."""
 
 from __future__ import annotations
 

@@ -1,0 +1,1 @@
+"""latency benchmark."""

@@ -1,0 +1,243 @@
+"""Synthetic memory for the retrieve latency bench (``bench/latency/retrieve.py``): agents of
+N facts shaped like real memory, written with binary COPY, HNSW built after the load.
+
+384-d unit vectors drawn around topic centroids (so a query has genuinely similar facts above
+``min_similarity``), fact text made of a subject name plus words from a 2k-word vocabulary
+(keyword hits), entities with aliases, relationships and fact<->entity links (graph and
+spreading run), and raw messages (the "Relevant conversations" search). Kept apart from the
+measuring so each module has one job.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg import sql
+
+from engramdb.projections.schema import read_model_ddl, vector_index_ddl
+
+DIM = 384
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+class PrecomputedEmbedder:
+    """BENCH DOUBLE: returns the vector registered for a query text (no model in the loop)."""
+
+    model_id = "bench-precomputed"
+    dimensions = DIM
+    similarity_floor = 0.0
+
+    def __init__(self) -> None:
+        self.vectors: dict[str, list[float]] = {}
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return [self.vectors[t] for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.vectors[text]
+
+
+def unit(rows: np.ndarray) -> np.ndarray:
+    return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+
+
+def entity_names(n: int, vocab: list[str]) -> list[str]:
+    """Display names of an agent's entities (deterministic in ``n``: a kept schema can be reused)."""
+    return [
+        f"{vocab[i % len(vocab)].title()} {vocab[(i * 7 + 3) % len(vocab)].title()}{i}"
+        for i in range(max(10, n // 20))
+    ]
+
+
+def load_agent(
+    conn: psycopg.Connection,
+    agent: str,
+    n: int,
+    rng: np.random.Generator,
+    centroids: np.ndarray,
+    vocab: list[str],
+) -> list[str]:
+    """Insert ``n`` facts (+ entities, aliases, links, relationships, n/2 messages); returns entity names."""
+    from pgvector.psycopg import register_vector
+
+    register_vector(conn)
+    names = entity_names(n, vocab)
+    n_entities = len(names)
+    keys = [f"person:e{i}" for i in range(n_entities)]
+    with conn.cursor() as cur:
+        with cur.copy(
+            "COPY mem_entities (agent_id, entity_key, display_name, entity_type, created_at) FROM STDIN"
+        ) as cp:
+            for key, name in zip(keys, names, strict=True):
+                cp.write_row((agent, key, name, "person", T0))
+        with cur.copy(
+            "COPY mem_aliases (agent_id, alias_folded, alias, entity_key) FROM STDIN"
+        ) as cp:
+            for key, name in zip(keys, names, strict=True):
+                cp.write_row((agent, name.lower(), name, key))
+        pairs = {
+            (int(a), int(b))
+            for a, b in rng.integers(0, n_entities, size=(n_entities * 2, 2))
+            if a != b
+        }
+        with cur.copy(
+            "COPY mem_relationships (agent_id, source_key, target_key, relation_type, strength,"
+            " first_seen_at, last_seen_at) FROM STDIN"
+        ) as cp:
+            for a, b in sorted(pairs):
+                cp.write_row(
+                    (
+                        agent,
+                        keys[a],
+                        keys[b],
+                        "knows",
+                        float(rng.integers(1, 4)),
+                        T0 - timedelta(days=90),
+                        T0 - timedelta(days=int(rng.integers(0, 90))),
+                    )
+                )
+        topic = rng.integers(0, len(centroids), size=n)
+        vectors = unit(
+            centroids[topic] + rng.normal(size=(n, DIM)).astype(np.float32) * (1.1 / np.sqrt(DIM))
+        )
+        subject = rng.integers(0, n_entities, size=n)
+        other = rng.integers(0, n_entities, size=n)
+        ages = rng.integers(0, 365, size=n)
+        words = rng.integers(0, len(vocab), size=(n, 6))
+        with cur.copy(
+            "COPY mem_facts (agent_id, fact_id, entity_key, fact_text, confidence, importance,"
+            " reinforcement_count, valid_from, recorded_at, embedding) FROM STDIN WITH (FORMAT BINARY)"
+        ) as cp:
+            cp.set_types(
+                [
+                    "text",
+                    "text",
+                    "text",
+                    "text",
+                    "float4",
+                    "float4",
+                    "int4",
+                    "timestamptz",
+                    "timestamptz",
+                    "vector",
+                ]
+            )
+            for i in range(n):
+                text = names[subject[i]] + " " + " ".join(vocab[w] for w in words[i])
+                when = T0 - timedelta(days=int(ages[i]))
+                cp.write_row(
+                    (
+                        agent,
+                        f"f{i}",
+                        keys[subject[i]],
+                        text,
+                        0.9,
+                        0.5,
+                        int(i % 5 == 0),
+                        when,
+                        when,
+                        vectors[i],
+                    )
+                )
+        with cur.copy(
+            "COPY mem_fact_entities (agent_id, fact_id, entity_key, is_primary) FROM STDIN"
+        ) as cp:
+            for i in range(n):
+                cp.write_row((agent, f"f{i}", keys[subject[i]], True))
+                if other[i] != subject[i]:
+                    cp.write_row((agent, f"f{i}", keys[other[i]], False))
+        m = n // 2
+        mvec = unit(
+            centroids[rng.integers(0, len(centroids), size=m)]
+            + rng.normal(size=(m, DIM)).astype(np.float32) * (1.1 / np.sqrt(DIM))
+        )
+        cols = [
+            "agent_id",
+            "message_id",
+            "session_id",
+            "speaker",
+            "text",
+            "occurred_at",
+            "recorded_at",
+            "embedding",
+        ]
+        types = ["text", "text", "text", "text", "text", "timestamptz", "timestamptz", "vector"]
+        has_record = conn.execute(
+            "SELECT 1 FROM information_schema.columns WHERE table_name = 'mem_messages' AND column_name = 'record_id'"
+            " AND table_schema = current_schema()"
+        ).fetchone()
+        if has_record:
+            cols.append("record_id")
+            types.append("uuid")
+        with cur.copy(
+            f"COPY mem_messages ({', '.join(cols)}) FROM STDIN WITH (FORMAT BINARY)"
+        ) as cp:
+            cp.set_types(types)
+            mw = rng.integers(0, len(vocab), size=(m, 12))
+            for i in range(m):
+                when = T0 - timedelta(days=int(i % 365), minutes=i)
+                row: list[Any] = [
+                    agent,
+                    f"m{i}",
+                    "s",
+                    "user",
+                    names[i % n_entities] + " " + " ".join(vocab[w] for w in mw[i]),
+                    when,
+                    when,
+                    mvec[i],
+                ]
+                if has_record:
+                    row.append(uuid.uuid4())
+                cp.write_row(row)
+    return names
+
+
+def load_schema(
+    url: str,
+    schema: str,
+    sizes: list[int],
+    fillers: int,
+    rng: np.random.Generator,
+    centroids: np.ndarray,
+    vocab: list[str],
+) -> dict[str, list[str]]:
+    """Create ``schema`` and load the bench agents (+ ``fillers`` agents of 1k), then HNSW + VACUUM ANALYZE."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        conn.execute(sql.SQL("SET search_path TO {}, public").format(sql.Identifier(schema)))
+        trgm = conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm'").fetchone()
+        for stmt in read_model_ddl(DIM):
+            if "CREATE EXTENSION" in stmt or (not trgm and "trgm" in stmt):
+                continue
+            conn.execute(stmt)
+        start = time.perf_counter()
+        names: dict[str, list[str]] = {}
+        total = 0
+        for size in sizes:
+            agent = f"bench-{size}"
+            with conn.transaction():
+                names[agent] = load_agent(conn, agent, size, rng, centroids, vocab)
+            total += size
+        for i in range(fillers):
+            with conn.transaction():
+                load_agent(conn, f"filler-{i}", 1000, rng, centroids, vocab)
+            total += 1000
+        load_s = time.perf_counter() - start
+        start = time.perf_counter()
+        conn.execute("SET maintenance_work_mem = '1GB'")
+        for stmt in vector_index_ddl():
+            conn.execute(stmt)
+        # VACUUM as autovacuum would in steady state: index-only scans need the visibility map
+        conn.execute("VACUUM ANALYZE")
+        index_s = time.perf_counter() - start
+    print(
+        f"loaded {total} facts (+{total // 2} messages) in {load_s:.1f}s; HNSW + VACUUM ANALYZE {index_s:.1f}s"
+    )
+    print(f"keyword candidates: {'pg_trgm' if trgm else 'to_tsvector GIN (no pg_trgm)'}")
+    return names

@@ -1,0 +1,1 @@
+"""locomo benchmark."""

@@ -1,0 +1,1 @@
+"""The ``engramdb`` command line (Typer): ``main`` holds the app, one module per command family."""

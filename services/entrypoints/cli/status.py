@@ -1,0 +1,47 @@
+"""``engramdb status``: the readiness report of a deployment, seen from outside its processes.
+
+Why not just ``Memory.open().health()``: on the embedded default, opening memory *starts*
+PostgreSQL and NATS when they are not running, and a status command that brings up what it
+should report on would always say "up". So an embedded server that is not running is reported
+down (with what to do), and only running ones are connected to. Projector liveness is unknown
+from here (the projectors run in ``serve``); their lag, read from PostgreSQL, is the signal.
+"""
+
+from __future__ import annotations
+
+from engramdb.infra.database import resolve_nats
+from engramdb.infra.embedded_nats import nats_running
+from engramdb.infra.embedded_postgres import postgres_running
+from engramdb.infra.settings import Settings
+from engramdb.services.memory.facade import Memory
+from engramdb.services.observability.health import ComponentHealth, HealthReport, unreachable_report
+
+
+def deployment_status(settings: Settings, max_lag: int | None = None) -> HealthReport:
+    lag_limit = settings.ready_max_lag if max_lag is None else max_lag
+    if settings.database_url is None and postgres_running(settings.data_dir) is None:
+        return unreachable_report(
+            RuntimeError(f"the embedded PostgreSQL in {settings.data_dir} is not running "
+                         "(start it with `engramdb serve`, or set ENGRAMDB_DATABASE_URL)"),
+            lag_limit,
+        )
+    try:
+        memory = Memory.open(settings, start_projectors=False, quiet=True)
+    except Exception as exc:  # noqa: BLE001 - an unreachable database is a status, not a crash
+        return unreachable_report(exc, lag_limit)
+    with memory:
+        nats_error = None
+        if settings.nats_url is None and nats_running(settings.data_dir) is None:
+            nats_error = (f"the embedded NATS in {settings.data_dir} is not running "
+                          "(start it with `engramdb serve`, or set ENGRAMDB_NATS_URL)")
+        else:
+            try:
+                memory.nats_url = resolve_nats(settings)
+            except Exception as exc:  # noqa: BLE001
+                nats_error = f"{type(exc).__name__}: {exc}"
+        report = memory.health(max_lag=lag_limit)
+    if nats_error is not None:
+        report.nats = ComponentHealth(status="down", detail=nats_error)
+        report.reasons.append(f"nats down: {nats_error}")
+        report.ok = False
+    return report

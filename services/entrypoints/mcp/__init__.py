@@ -1,0 +1,1 @@
+"""Memory as Model Context Protocol tools (``server``) over stdio or HTTP (``transport``)."""

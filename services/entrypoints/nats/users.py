@@ -1,0 +1,63 @@
+"""Publisher identities for NATS (ADR-0011): a user that may publish messages and request
+retrieve only for the agents it was made for.
+
+NATS subjects carry an agent *token* (a hash, ``messages.agent_token``), not the id, so a
+publisher is made for exact agent ids (no prefixes, unlike HTTP keys). On the embedded
+server the user is added to its generated config and the server reloads it; for an external
+NATS, ``permissions_for`` is the block to paste into its ``authorization`` config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from engramdb.infra import nats_auth
+from engramdb.infra.embedded_nats import ensure_nats, reload_nats
+from engramdb.infra.settings import Settings
+from engramdb.services.write.messages import agent_token, message_subject, messages_stream_name
+
+
+@dataclass(frozen=True)
+class Publisher:
+    user: str
+    password: str
+    url: str
+    agents: tuple[str, ...]
+
+    @property
+    def inbox_prefix(self) -> str:
+        return f"_INBOX_{self.user}"
+
+
+def allowed_subjects(agents: list[str], prefix: str) -> list[str]:
+    subjects = []
+    for agent in agents:
+        subjects += [message_subject(agent, prefix), f"{prefix}.retrieve.{agent_token(agent)}"]
+    return subjects
+
+
+def permissions_for(user: str, agents: list[str], prefix: str) -> dict[str, Any]:
+    return nats_auth.publisher_permissions(
+        user, allowed_subjects(agents, prefix), messages_stream_name(prefix)
+    )
+
+
+def create_publisher(settings: Settings, agents: list[str]) -> Publisher:
+    """Add a publisher user to the embedded server (started if needed) and reload it."""
+    if settings.nats_url:
+        raise ValueError(
+            "ENGRAMDB_NATS_URL is set: add the user to that server's authorization config "
+            "(`engramdb nats-user permissions` prints the block)"
+        )
+    if not agents:
+        raise ValueError("name at least one agent (--agent A)")
+    prefix = settings.subject_prefix
+    handle = ensure_nats(settings.data_dir)
+    user, password = nats_auth.new_publisher(
+        handle.data_dir, list(agents), allowed_subjects(list(agents), prefix),
+        messages_stream_name(prefix),
+    )
+    reload_nats(handle.data_dir)
+    url = nats_auth.with_credentials(handle.url, user, password)  # replaces the service's
+    return Publisher(user=user, password=password, url=url, agents=tuple(agents))

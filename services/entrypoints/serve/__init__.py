@@ -1,0 +1,1 @@
+"""``engramdb serve``: the long-running process by role, its clean stop and its start-up heap."""

@@ -1,0 +1,233 @@
+"""Reading memory for people and tools: list facts, get one with its provenance, list
+entities, agents and messages — from the read models only (``mem_*``; docs/read-models.md).
+
+Why read models and not the log: they are indexed by agent and hold the current state
+(status, supersession, sources) already folded; the log stays the source for history and
+as-of replays (``services/management/audit.py``). ``FactFilter.as_of`` uses the facts' bi-temporal
+columns, the same predicate retrieval's as-of uses, so no replay is needed.
+
+Every list is keyset-paginated on a stable sort key (no OFFSET: a page costs the same deep
+in the list, and rows added meanwhile do not shift later pages).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+from engramdb.domain.agent_id import check_agent_id
+from engramdb.domain.keys import fold
+from engramdb.services.management.models import (
+    AgentItem,
+    EntityItem,
+    FactDetail,
+    FactFilter,
+    FactItem,
+    MessageFilter,
+    MessageItem,
+    NotFoundError,
+    Page,
+    PageParams,
+    SourceMessage,
+    decode_cursor,
+    encode_cursor,
+)
+from engramdb.services.retrieve.signals.shared import escape_like, fact_visibility
+
+_FACT_COLUMNS = (
+    "f.fact_id, f.entity_key, f.attribute_key, f.fact_text AS text, f.category, f.confidence, "
+    "f.status, f.valid_from, f.valid_to, f.recorded_at, f.invalidated_at, "
+    "f.reinforcement_count, f.supersedes_fact_id, f.superseded_by, f.source_message_ids, "
+    "f.decided_by, f.speaker"
+)
+
+# a turn is hidden from retrieval when a retraction or "forget the agent" hid it (ADR-0016)
+_HIDDEN = (
+    "(EXISTS (SELECT 1 FROM mem_hidden_messages h WHERE h.agent_id = m.agent_id "
+    "AND h.message_id = m.message_id) OR EXISTS (SELECT 1 FROM mem_forgotten g "
+    "WHERE g.agent_id = m.agent_id AND g.forgotten_at >= m.recorded_at))"
+)
+
+
+def _rows(pool: ConnectionPool, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(sql, params)
+        return cur.fetchall()
+
+
+def _page(items: list[Any], limit: int, key: Any) -> dict[str, Any]:
+    more = len(items) > limit
+    items = items[:limit]
+    return {"items": items, "next_cursor": encode_cursor(*key(items[-1])) if more else None}
+
+
+def resolve_entity(pool: ConnectionPool, agent_id: str, name: str) -> list[str]:
+    """Entity keys ``name`` denotes: a key, else a name or alias (folded), followed through
+    merges; merged-away keys are included so facts projected before a merge still match."""
+    rows = _rows(
+        pool,
+        "SELECT entity_key FROM mem_entities WHERE agent_id = %(a)s AND entity_key = %(n)s "
+        "UNION SELECT entity_key FROM mem_aliases WHERE agent_id = %(a)s AND alias_folded = %(f)s",
+        {"a": agent_id, "n": name, "f": fold(name)},
+    )
+    keys = {r["entity_key"] for r in rows}
+    if keys:
+        merged = _rows(
+            pool,
+            "SELECT entity_key, merged_into FROM mem_entities WHERE agent_id = %(a)s "
+            "AND (entity_key = ANY(%(k)s) OR merged_into = ANY(%(k)s))",
+            {"a": agent_id, "k": sorted(keys)},
+        )
+        keys |= {r["entity_key"] for r in merged} | {r["merged_into"] for r in merged if r["merged_into"]}
+    return sorted(keys)
+
+
+def list_facts(pool: ConnectionPool, agent_id: str, flt: FactFilter) -> Page[FactItem]:
+    check_agent_id(agent_id)
+    params: dict[str, Any] = {"a": agent_id, "n": flt.limit + 1}
+    where = ["f.agent_id = %(a)s"]
+    status = flt.status or ("all" if flt.valid_at or flt.as_of else "active")
+    if status != "all":
+        where.append("f.status = %(status)s")
+        params["status"] = status
+    if flt.entity is not None:
+        params["ents"] = resolve_entity(pool, agent_id, flt.entity)
+        where.append(
+            "EXISTS (SELECT 1 FROM mem_fact_entities fe WHERE fe.agent_id = f.agent_id "
+            "AND fe.fact_id = f.fact_id AND fe.entity_key = ANY(%(ents)s))"
+        )
+    if flt.session is not None:
+        params["session"] = flt.session
+        where.append(
+            "EXISTS (SELECT 1 FROM mem_messages m WHERE m.agent_id = f.agent_id "
+            "AND m.message_id = ANY(f.source_message_ids) AND m.session_id = %(session)s)"
+        )
+    if flt.speaker is not None:
+        params["speaker"] = flt.speaker.lower()
+        where.append("lower(f.speaker) = %(speaker)s")
+    if flt.valid_at is not None:
+        params["v"] = flt.valid_at
+        where.append("f.valid_from <= %(v)s AND (f.valid_to IS NULL OR f.valid_to > %(v)s)")
+    if flt.as_of is not None:
+        params["t"] = flt.as_of
+        where.append(fact_visibility(flt.as_of))
+    if flt.text is not None:
+        params["pat"] = f"%{escape_like(flt.text)}%"
+        where.append("f.fact_text ILIKE %(pat)s")
+    if flt.cursor is not None:
+        params["c0"], params["c1"] = decode_cursor(flt.cursor, (datetime, str))
+        where.append("(f.recorded_at, f.fact_id) > (%(c0)s, %(c1)s)")
+    rows = _rows(
+        pool,
+        f"SELECT {_FACT_COLUMNS} FROM mem_facts f WHERE {' AND '.join(where)} "
+        "ORDER BY f.recorded_at, f.fact_id LIMIT %(n)s",
+        params,
+    )
+    items = [FactItem.model_validate(r) for r in rows]
+    return Page[FactItem](**_page(items, flt.limit, lambda f: (f.recorded_at, f.fact_id)))
+
+
+def get_fact(pool: ConnectionPool, agent_id: str, fact_id: str) -> FactDetail:
+    """One fact (any status) with its source turns; ``NotFoundError`` if the agent never had it."""
+    check_agent_id(agent_id)
+    if "\x00" in fact_id:  # PostgreSQL text cannot hold it, so no fact has it
+        raise NotFoundError(f"agent {agent_id!r} has no fact {fact_id!r}")
+    rows = _rows(
+        pool,
+        f"SELECT {_FACT_COLUMNS}, ARRAY(SELECT fe.entity_key FROM mem_fact_entities fe "
+        "WHERE fe.agent_id = f.agent_id AND fe.fact_id = f.fact_id AND NOT fe.is_primary "
+        "ORDER BY fe.entity_key) AS linked_entities "
+        "FROM mem_facts f WHERE f.agent_id = %(a)s AND f.fact_id = %(f)s",
+        {"a": agent_id, "f": fact_id},
+    )
+    if not rows:
+        raise NotFoundError(f"agent {agent_id!r} has no fact {fact_id!r}")
+    row = rows[0]
+    found = {
+        r["message_id"]: r
+        for r in _rows(
+            pool,
+            f"SELECT m.message_id, m.text, m.speaker, m.session_id, m.occurred_at, {_HIDDEN} "
+            "AS hidden FROM mem_messages m WHERE m.agent_id = %(a)s AND m.message_id = ANY(%(ids)s)",
+            {"a": agent_id, "ids": row["source_message_ids"]},
+        )
+    }
+    sources = [
+        SourceMessage.model_validate(found[mid]) if mid in found else SourceMessage(message_id=mid)
+        for mid in row["source_message_ids"]
+    ]
+    return FactDetail.model_validate(
+        {**row, "sources": sources, "history": f"/v1/agents/{agent_id}/facts/{fact_id}/history"}
+    )
+
+
+def list_entities(pool: ConnectionPool, agent_id: str, page: PageParams) -> Page[EntityItem]:
+    """The agent's entities (merged-away ones excluded), by ``entity_key``."""
+    check_agent_id(agent_id)
+    params: dict[str, Any] = {"a": agent_id, "n": page.limit + 1, "c": ""}
+    if page.cursor is not None:
+        (params["c"],) = decode_cursor(page.cursor, (str,))
+    rows = _rows(
+        pool,
+        "SELECT e.entity_key, e.display_name, e.entity_type, e.created_at, "
+        "ARRAY(SELECT al.alias FROM mem_aliases al WHERE al.agent_id = e.agent_id "
+        "AND al.entity_key = e.entity_key ORDER BY al.alias) AS aliases, "
+        "(SELECT count(*) FROM mem_fact_entities fe JOIN mem_facts f ON f.agent_id = fe.agent_id "
+        "AND f.fact_id = fe.fact_id AND f.status = 'active' WHERE fe.agent_id = e.agent_id "
+        "AND fe.entity_key = e.entity_key) AS active_facts, e.profile_text AS profile, "
+        "e.profile_method, e.profile_refreshed_at "
+        "FROM mem_entities e WHERE e.agent_id = %(a)s AND e.merged_into IS NULL "
+        "AND e.entity_key > %(c)s ORDER BY e.entity_key LIMIT %(n)s",
+        params,
+    )
+    items = [EntityItem.model_validate(r) for r in rows]
+    return Page[EntityItem](**_page(items, page.limit, lambda e: (e.entity_key,)))
+
+
+def list_agents(pool: ConnectionPool, page: PageParams) -> Page[AgentItem]:
+    """Every agent with memory, by ``agent_id`` (an admin view: it spans agents)."""
+    params: dict[str, Any] = {"n": page.limit + 1, "c": ""}
+    if page.cursor is not None:
+        (params["c"],) = decode_cursor(page.cursor, (str,))
+    rows = _rows(
+        pool,
+        "SELECT a.agent_id, a.opened_at, "
+        "(SELECT count(*) FROM mem_facts f WHERE f.agent_id = a.agent_id "
+        "AND f.status = 'active') AS active_facts, "
+        "(SELECT count(*) FROM mem_messages m WHERE m.agent_id = a.agent_id) AS messages, "
+        "(SELECT max(g.forgotten_at) FROM mem_forgotten g WHERE g.agent_id = a.agent_id) "
+        "AS forgotten_at FROM mem_agents a WHERE a.agent_id > %(c)s "
+        "ORDER BY a.agent_id LIMIT %(n)s",
+        params,
+    )
+    items = [AgentItem.model_validate(r) for r in rows]
+    return Page[AgentItem](**_page(items, page.limit, lambda a: (a.agent_id,)))
+
+
+def list_messages(pool: ConnectionPool, agent_id: str, flt: MessageFilter) -> Page[MessageItem]:
+    """The agent's recorded turns (hidden ones included and marked), by ``occurred_at``."""
+    check_agent_id(agent_id)
+    params: dict[str, Any] = {"a": agent_id, "n": flt.limit + 1}
+    where = ["m.agent_id = %(a)s"]
+    if flt.session is not None:
+        params["session"] = flt.session
+        where.append("m.session_id = %(session)s")
+    if flt.speaker is not None:
+        params["speaker"] = flt.speaker.lower()
+        where.append("lower(m.speaker) = %(speaker)s")
+    if flt.cursor is not None:
+        params["c0"], params["c1"] = decode_cursor(flt.cursor, (datetime, str))
+        where.append("(m.occurred_at, m.message_id) > (%(c0)s, %(c1)s)")
+    rows = _rows(
+        pool,
+        "SELECT m.message_id, m.session_id, m.speaker, m.text, m.occurred_at, m.recorded_at, "
+        f"m.processed, m.extractor, m.extraction_error, {_HIDDEN} AS hidden "
+        f"FROM mem_messages m WHERE {' AND '.join(where)} "
+        "ORDER BY m.occurred_at, m.message_id LIMIT %(n)s",
+        params,
+    )
+    items = [MessageItem.model_validate(r) for r in rows]
+    return Page[MessageItem](**_page(items, flt.limit, lambda m: (m.occurred_at, m.message_id)))

@@ -1,0 +1,124 @@
+"""``Memory``'s management methods (issue 11), kept out of ``services/memory/facade.py`` so the
+facade stays a wiring module: list/get facts, list entities/agents/messages (read models,
+``services/management/queries.py``), delete a fact and forget an agent (events,
+``services/management/commands.py``). HTTP, NATS and the CLI call exactly these methods.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from engramdb.domain.agent_id import check_agent_id
+from engramdb.services.management import queries
+from engramdb.services.management.commands import delete_fact, forget_agent
+from engramdb.services.management.erase import erase_agent
+from engramdb.services.management.models import (
+    AgentItem,
+    DeleteResult,
+    EntityItem,
+    EraseResult,
+    FactDetail,
+    FactFilter,
+    FactItem,
+    FactStatus,
+    ForgetResult,
+    MessageFilter,
+    MessageItem,
+    Page,
+    PageParams,
+    check_actor,
+)
+from engramdb.services.management.reprocess import ReprocessResult, reprocess
+from engramdb.services.memory.cell import Cell
+from engramdb.services.memory.router import merge_agent_pages
+
+
+class ManageMixin:
+    """Mixed into ``Memory``; uses the read pool and write pipeline of the agent's cell
+    (``cell(agent_id)``, ADR-0028); ``list_agents`` spans every cell."""
+
+    def cell(self, agent_id: str) -> Cell:
+        raise NotImplementedError
+
+    @property
+    def cells(self) -> list[Cell]:
+        raise NotImplementedError
+
+    def list_facts(
+        self,
+        agent_id: str,
+        *,
+        status: FactStatus | None = None,
+        entity: str | None = None,
+        session: str | None = None,
+        speaker: str | None = None,
+        valid_at: datetime | None = None,
+        as_of: datetime | None = None,
+        text: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[FactItem]:
+        """A page of the agent's facts (active by default), oldest decision first."""
+        flt = FactFilter(
+            status=status, entity=entity, session=session, speaker=speaker, valid_at=valid_at,
+            as_of=as_of, text=text, limit=limit, cursor=cursor,
+        )
+        return queries.list_facts(self.cell(agent_id).pool, agent_id, flt)
+
+    def get_fact(self, agent_id: str, fact_id: str) -> FactDetail:
+        """One fact (any status) with its source turns and a link to its history."""
+        return queries.get_fact(self.cell(agent_id).pool, agent_id, fact_id)
+
+    def list_entities(
+        self, agent_id: str, *, limit: int = 50, cursor: str | None = None
+    ) -> Page[EntityItem]:
+        return queries.list_entities(
+            self.cell(agent_id).pool, agent_id, PageParams(limit=limit, cursor=cursor)
+        )
+
+    def list_agents(self, *, limit: int = 50, cursor: str | None = None) -> Page[AgentItem]:
+        page = PageParams(limit=limit, cursor=cursor)
+        return merge_agent_pages([queries.list_agents(c.pool, page) for c in self.cells], limit)
+
+    def list_messages(
+        self,
+        agent_id: str,
+        *,
+        session: str | None = None,
+        speaker: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[MessageItem]:
+        flt = MessageFilter(session=session, speaker=speaker, limit=limit, cursor=cursor)
+        return queries.list_messages(self.cell(agent_id).pool, agent_id, flt)
+
+    def delete_fact(
+        self, agent_id: str, fact_id: str, *, actor: str | None = None, via: str = "python"
+    ) -> DeleteResult:
+        """Retract a fact at a user's request (an event; history keeps it)."""
+        check_agent_id(agent_id)
+        return delete_fact(self.cell(agent_id).pipeline, agent_id, fact_id, check_actor(actor, via), via)
+
+    def forget_agent(
+        self, agent_id: str, *, actor: str | None = None, via: str = "python"
+    ) -> ForgetResult:
+        """End all the agent's active facts and hide its messages from retrieval (one event)."""
+        check_agent_id(agent_id)
+        return forget_agent(self.cell(agent_id).pipeline, agent_id, check_actor(actor, via), via)
+
+    def erase_agent(
+        self, agent_id: str, *, actor: str | None = None, via: str = "python"
+    ) -> EraseResult:
+        """Crypto-shred the agent (ADR-0018): destroy its data key, drop its read-model rows
+        and vectors; its events stay in the log, unreadable. Irreversible; writes for the
+        agent are refused afterwards."""
+        check_agent_id(agent_id)
+        return erase_agent(self.cell(agent_id).pipeline, agent_id, check_actor(actor, via), via)
+
+    def reprocess(self, agent_id: str, message_id: str | None = None) -> ReprocessResult:
+        """Re-extract processed messages (one, or all the agent's in recorded order) with the
+        current extractor: the facts they alone produced end (``reprocessed``), the new
+        decisions are new events (ADR-0023). Pending ones: ``reprocess_pending``."""
+        check_agent_id(agent_id)
+        cell = self.cell(agent_id)
+        return reprocess(cell.pipeline, cell.pool, agent_id, message_id)

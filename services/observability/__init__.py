@@ -1,0 +1,1 @@
+"""What a process tells about itself: readiness (``health``) and Prometheus metrics (``metrics``)."""
