@@ -29,6 +29,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 from urllib.parse import quote
 
 from engramdb.infra.embedded_base import (
@@ -100,8 +101,11 @@ class PostgresHandle(ReleasableHandle):
     def pgdata(self) -> Path:
         return self.data_dir / "pg"
 
-    def _release(self, data_dir: Path, token: Path) -> None:
-        release_postgres(data_dir, token)
+    server: ClassVar[str] = "postgres"
+
+    @staticmethod
+    def _stop_server(data_dir: Path) -> None:
+        _stop_server(data_dir)
 
 
 # --------------------------------------------------------------------------- pg_ctl plumbing
@@ -359,18 +363,6 @@ def ensure_postgres(
     if stop_on_exit:
         atexit.register(handle.stop)
     return handle
-
-
-def release_postgres(data_dir: Path, token: Path) -> None:
-    """Drop one client token; stop the server if it was the last live client."""
-    runs = data_dir / "run"
-    if not runs.is_dir():  # data dir deleted meanwhile: nothing left to release
-        return
-    with file_lock(runs / "postgres.lock"):
-        registry = ClientRegistry(runs / "postgres-clients")
-        registry.unregister(token)
-        if registry.live_count() == 0:
-            _stop_server(data_dir)
 
 
 def postgres_running(data_dir: Path | str) -> int | None:
