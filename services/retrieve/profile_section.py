@@ -1,6 +1,6 @@
 """Entity profiles in the retrieve context (ADR-0030): "About <entity>" for what the query names.
 
-``RetrieveConfig.profiles_in_context`` (default off: SPEC §3.6 says profiles are not
+``RetrieveConfig.context.profiles_in_context`` (default off: SPEC §3.6 says profiles are not
 injected, and LoCoMo's evidence recall cannot see a context-only section — ADR-0030). When on,
 the entities the planner found *in the query* (deterministic, not expansions) that have a
 profile (``ProfileRefreshed`` → ``mem_entities.profile_text``) are returned in
@@ -40,7 +40,7 @@ SELECT entity_key, display_name, profile_text, coalesce(profile_method, '')
 
 def profiles_for(pool: Any, call: Call, plan: RetrievalPlan) -> list[EntityProfile]:
     """Profiles of the entities the query names, in the plan's order (none when off)."""
-    if not call.cfg.profiles_in_context or call.as_of is not None:
+    if not call.cfg.context.profiles_in_context or call.as_of is not None:
         return []
     keys = [e.entity_key for e in plan.entities if e.source == "deterministic"]
     if not keys:
@@ -85,7 +85,7 @@ def format_with(call: Call, profiles: list[EntityProfile], fmt: Callable[[Call],
     section in what is left."""
     if not profiles:
         return fmt(call)
-    total = call.cfg.context_max_tokens
+    total = call.cfg.context.context_max_tokens
     reserve = reserved_tokens(profiles, total)
     inner = dataclasses.replace(call, cfg=call.cfg.model_copy(update={"context_max_tokens": total - reserve}))
     context = fmt(inner)
