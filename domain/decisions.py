@@ -4,7 +4,7 @@ Pure: given the aggregate's state, the extraction and the resolved entities, it 
 aggregate's commands (which emit events) and reports what it decided. Nothing here does I/O,
 so re-deciding on fresh state after a concurrency conflict costs no LLM call.
 
-Rules (SPEC §2.5, ADR-0004):
+Rules (docs/spec.md §2.5, ADR-0004):
 - same subject + same normalised text as an active fact → NOOP (reinforcement);
 - UPDATE with an active target → supersede it; with an unknown/inactive target → the UPDATE
   is rejected and recorded, and the statement is still ADDed (a duplicate beats lost data);

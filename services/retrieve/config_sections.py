@@ -14,7 +14,7 @@ DEFAULT_SCORE_WEIGHTS: dict[str, float] = {"semantic": 0.70, "recency": 0.20, "i
 # Weights of the ranked lists fused by reciprocal rank (``ranking="rrf"``, ADR-0009): facts by
 # cosine and by BM25, conversation turns by cosine and by BM25; ``fact_graph`` the facts the
 # graph and spreading activation reached, by their strength; ``fact_aggregation`` the facts
-# about entities of the type an aggregation query asks for ("who are my friends?", SPEC
+# about entities of the type an aggregation query asks for ("who are my friends?", docs/spec.md
 # §3.1; LoCoMo has almost none, so its weight is not cross-validated); ``fact_formula``
 # the spec's score formula (semantic + keyword + graph + spreading + aggregation) as one more list;
 # ``fact_subject`` / ``message_subject`` the subject sweep (ADR-0025): the facts and turns of
@@ -288,7 +288,7 @@ class Context(_Section):
     event_show_speaker: bool = Field(default=False, description="(engramdb) '(date) Speaker: text'")
     profiles_in_context: bool = Field(default=False, description="(engramdb, ADR-0030) an "
         "'About <entity>' section with the profile (profiles job) of entities the query names, "
-        "within context_max_tokens; result.profiles. Off: SPEC 3.6 injects no profiles")
+        "within context_max_tokens; result.profiles. Off: docs/spec.md §3.6 injects no profiles")
 
     @model_validator(mode="after")
     def _check_tiers(self) -> Context:

@@ -1,4 +1,4 @@
-"""Format (SPEC §3.6): the prompt-ready context string within a token budget.
+"""Format (docs/spec.md §3.6): the prompt-ready context string within a token budget.
 
 Layout (empty sections are omitted; nothing at all gives ``""``)::
 

@@ -1,5 +1,5 @@
 """``Retriever``: Plan → Retrieve (signals, concurrently) → Merge & rank → Enhance → Rerank
-→ Format (SPEC §3). Reads only the projections (read models), never the event store.
+→ Format (docs/spec.md §3). Reads only the projections (read models), never the event store.
 
 Concurrency (ADR 0006, ADR-0010): the query embedding runs on an embedding thread while the
 fact signals run in sequence on ONE connection from the read pool (plan → graph → aggregation
@@ -172,7 +172,7 @@ class Retriever:
         trace = Trace(query, q)
         plan_start = time.perf_counter()
         analysis = analyze_query(q)
-        if not q or analysis.greeting:  # no DB, no LLM (SPEC §3.1)
+        if not q or analysis.greeting:  # no DB, no LLM (docs/spec.md §3.1)
             plan = build_plan(analysis, None)
             trace.timings["plan"] = ms(plan_start)
             return RetrieveResult(agent_id=agent_id, query=q, plan=plan, as_of=as_of,

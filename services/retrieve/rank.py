@@ -1,4 +1,4 @@
-"""Merge & rank (SPEC §3.3): one score per candidate, explained in ``scores``.
+"""Merge & rank (docs/spec.md §3.3): one score per candidate, explained in ``scores``.
 
 ``score = relevance·(w_sem + w_rec·recency) + w_imp·importance + pattern`` where
 ``relevance = 1 − (1 − semantic)·Π(1 − w_s·signal_s)`` fuses the semantic score with the

@@ -1,4 +1,4 @@
-"""Enhance (SPEC §3.4): spreading activation from the best seed facts along relationships.
+"""Enhance (docs/spec.md §3.4): spreading activation from the best seed facts along relationships.
 
 Activation starts at each seed's relevance on the entities the seed mentions, flows to up to
 ``spreading_max_related_entities`` neighbours (× decay) and once more (× decay²); every
