@@ -241,11 +241,13 @@ class Memory(SingleCellMixin, ManageMixin):
         message_id: str | None = None,
         metadata: dict[str, Any] | None = None,
         dry_run: bool = False,
+        infer: bool = True,
     ) -> WriteResult:
         """Record one message and the memory decisions it leads to (idempotent on message_id).
 
-        ``dry_run``: return the decisions that would be made; nothing is saved."""
-        fields: dict[str, Any] = {"agent_id": agent_id, "text": text}
+        ``dry_run``: return the decisions that would be made; nothing is saved. ``infer=False``:
+        store the turn only, no extraction and no decisions (ADR-0049)."""
+        fields: dict[str, Any] = {"agent_id": agent_id, "text": text, "infer": infer}
         for key, value in (
             ("speaker", speaker),
             ("session_id", session_id),

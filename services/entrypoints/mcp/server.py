@@ -133,6 +133,9 @@ def _add_write_tools(server: MCPServer[Any], keyring: KeyRing | None, wait_timeo
             str | None, Field(max_length=200, description="your id for the turn; repeating it is a no-op")
         ] = None,
         dry_run: Annotated[bool, Field(description="show the decisions, save nothing")] = False,
+        infer: Annotated[
+            bool, Field(description="false: store the turn only, extract nothing (use add_facts)")
+        ] = True,
     ) -> WriteResult:
         """Remember one conversation turn. Call it with each user message that may hold
         something worth keeping (who they are, preferences, plans, corrections such as "I
@@ -144,7 +147,7 @@ def _add_write_tools(server: MCPServer[Any], keyring: KeyRing | None, wait_timeo
         def run() -> WriteResult:
             result: WriteResult = m.write(
                 agent_id, text, speaker=speaker, session_id=session_id, message_id=message_id,
-                dry_run=dry_run,
+                dry_run=dry_run, infer=infer,
             )
             if not dry_run:
                 m.wait_for_projections(result.position, timeout=wait_timeout, agent_id=agent_id)
