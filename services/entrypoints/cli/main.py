@@ -20,6 +20,7 @@ from typing import Annotated
 import typer
 
 from engramdb.domain.time_range import check_instant
+from engramdb.services.entrypoints.cli.flows import register as register_flow_commands
 from engramdb.services.entrypoints.cli.jobs import jobs_app
 from engramdb.services.entrypoints.cli.manage import register as register_manage_commands
 from engramdb.services.entrypoints.cli.security import keys_app, nats_user_app
@@ -345,6 +346,7 @@ def _find_checkout(start: Path) -> Path | None:
 
 
 register_manage_commands(app)  # write, list-facts, get-fact, delete-fact, forget-agent, ...
+register_flow_commands(app)  # add-facts (ADR-0049)
 
 
 def main() -> None:

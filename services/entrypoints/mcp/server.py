@@ -28,6 +28,7 @@ from pydantic import Field
 from engramdb.domain.agent_id import AGENT_ID_PATTERN, AGENT_ID_RULE
 from engramdb.infra.api_keys import Grant, KeyRing
 from engramdb.services.entrypoints.http.auth import OPEN
+from engramdb.services.entrypoints.mcp.flows_tools import add_flow_tools
 from engramdb.services.entrypoints.user_errors import one_line
 from engramdb.services.management.audit_models import HistoryEntry
 from engramdb.services.management.models import (
@@ -268,5 +269,6 @@ def build_server(
         log_level="WARNING", version=_version(),
     )
     _add_write_tools(server, keyring, wait_timeout)
+    add_flow_tools(server, keyring, wait_timeout, check=_check, call=_call, memory_of=_memory)
     _add_read_tools(server, keyring)
     return server
