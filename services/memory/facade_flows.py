@@ -1,15 +1,19 @@
-"""``Memory``'s methods for memory that flows in from outside (ADR-0049): facts a client
-decided (``add_facts``). Kept out of ``services/memory/facade.py`` so the facade stays a
+"""``Memory``'s methods for memory that flows in and out (ADR-0049): facts a client decided
+(``add_facts``), an agent's log exported and imported (``export_agent`` / ``import_agent``). Kept out of ``services/memory/facade.py`` so the facade stays a
 wiring module; HTTP, NATS, MCP and the CLI call exactly these methods.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
 
+from engramdb.domain.agent_id import check_agent_id
+from engramdb.services.management.export_log import export_lines
+from engramdb.services.management.import_log import ImportRefused, ImportResult, import_export
 from engramdb.services.memory.cell import Cell
 from engramdb.services.write.client_facts import AddFactsRequest, InvalidClientFacts
 from engramdb.services.write.client_writer import add_client_facts
@@ -51,3 +55,34 @@ class FlowsMixin:
         else:
             request = parse_add_facts(agent_id, facts)
         return add_client_facts(self.cell(agent_id).pipeline, request, via=via)
+
+    def export_agent(self, agent_id: str) -> Iterator[str]:
+        """The agent's log as ``engramdb-export`` JSONL lines (no newlines), decrypted.
+        ``AgentErasedError`` for an erased agent (it exports nothing), ``NotFoundError`` for
+        an unknown one — raised before the first line."""
+        lines = export_lines(self.cell(agent_id).app, agent_id)
+        first = next(lines)  # the checks run before anything is handed out
+        yield first
+        yield from lines
+
+    def import_agent(self, lines: Iterable[str]) -> ImportResult:
+        """Replay an export into this memory: checked whole first (``ImportRefused`` names the
+        line), then what is missing inserted in one transaction; twice changes nothing."""
+        buffered = list(lines)
+        agent = _header_agent(buffered)
+        return import_export(self.cell(agent).app, buffered)
+
+
+def _header_agent(lines: list[str]) -> str:
+    """The agent id in the header (to pick its cell); the full check is ``parse_export``'s."""
+    for number, line in enumerate(lines, start=1):
+        if line.strip():
+            try:
+                agent = json.loads(line).get("agent_id")
+            except (ValueError, AttributeError):
+                raise ImportRefused(number, "the first line is the engramdb-export header") from None
+            if not isinstance(agent, str):
+                raise ImportRefused(number, "the header names no agent_id")
+            check_agent_id(agent)
+            return agent
+    raise ImportRefused(0, "the file is empty")
