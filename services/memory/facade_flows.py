@@ -12,7 +12,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from engramdb.domain.agent_id import check_agent_id
+from engramdb.services.management.audit_models import HistoryEntry
 from engramdb.services.management.export_log import export_lines
+from engramdb.services.management.import_foreign import mem0_facts, transcript_messages
 from engramdb.services.management.import_log import ImportRefused, ImportResult, import_export
 from engramdb.services.memory.cell import Cell
 from engramdb.services.write.client_facts import AddFactsRequest, InvalidClientFacts
@@ -37,6 +39,9 @@ class FlowsMixin:
     """Mixed into ``Memory``: writes through the pipeline of the agent's cell (ADR-0028)."""
 
     def cell(self, agent_id: str) -> Cell:
+        raise NotImplementedError  # Memory's
+
+    def history(self, agent_id: str, fact_id: str | None = None) -> list[HistoryEntry]:
         raise NotImplementedError  # Memory's
 
     def add_facts(
@@ -71,6 +76,27 @@ class FlowsMixin:
         buffered = list(lines)
         agent = _header_agent(buffered)
         return import_export(self.cell(agent).app, buffered)
+
+    def import_mem0(self, agent_id: str, text: str, *, subject: str = "user") -> list[WriteResult]:
+        """A Mem0 ``get_all`` dump as client facts; Mem0 ids already imported are skipped."""
+        facts = mem0_facts(text, subject)
+        done = {
+            (h.decided_by.get("metadata") or {}).get("mem0_id")
+            for h in self.history(agent_id) if h.decision in ("ADD", "UPDATE")
+        }
+        todo = [f for mem0_id, f in facts if mem0_id not in done]
+        return [
+            add_client_facts(self.cell(agent_id).pipeline,
+                             AddFactsRequest(agent_id=agent_id, facts=todo[i:i + 100]), via="import-mem0")
+            for i in range(0, len(todo), 100)
+        ]
+
+    def import_transcript(
+        self, agent_id: str, text: str, *, session_id: str | None = None,
+    ) -> list[WriteResult]:
+        """An OpenAI-style transcript through the write pipeline, turn by turn."""
+        pipeline = self.cell(agent_id).pipeline
+        return [pipeline.write(m) for m in transcript_messages(text, agent_id, session_id)]
 
 
 def _header_agent(lines: list[str]) -> str:
