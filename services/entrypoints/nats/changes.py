@@ -4,7 +4,8 @@ JetStream subjects ``<prefix>.changes.<agent_token>`` of the stream ``<PREFIX>_C
 How it keeps its promises:
 - **From the log, in log order**: it reads the notification log after the last position it
   published and publishes one change per memory decision (``projections/changes.py``), one at
-  a time, waiting for each ack — so every agent's changes are on its subject in log order.
+  a time on one connection (acks awaited in windows) — so every agent's changes are on its
+  subject in log order.
 - **At least once, deduplicated**: every publication carries ``Nats-Msg-Id = <schema>:<position>``
   (JetStream drops a repeat inside its duplicate window) and the header
   ``Engramdb-Position``; a subscriber dedupes on ``position`` past the window.
@@ -40,6 +41,7 @@ from engramdb.services.write.messages import DEFAULT_PREFIX, agent_token
 log = logging.getLogger(__name__)
 POSITION_HEADER = "Engramdb-Position"
 PAGE = 500
+WINDOW = 64  # publications in flight at once
 
 
 def changes_stream_name(prefix: str = DEFAULT_PREFIX) -> str:
@@ -54,8 +56,11 @@ class ChangePublisher:
     """Follows ``app``'s log and publishes its changes; ``start()`` / ``stop()``."""
 
     def __init__(self, app: Any, nats_url: str, prefix: str = DEFAULT_PREFIX, *,
-                 poll_sec: float = 0.1) -> None:
+                 poll_sec: float = 0.1, start_after: int = 0) -> None:
+        """``start_after``: a new (empty) stream starts after this log position (default: the
+        whole log is published once); a stream with changes always resumes where it ended."""
         self.app, self.nats_url, self.prefix, self.poll_sec = app, nats_url, prefix, poll_sec
+        self.start_after = start_after
         self.stream = changes_stream_name(prefix)
         self.source = app.recorder.datastore.schema
         self.position = 0  # last log position published (or skipped: not a change)
@@ -93,11 +98,44 @@ class ChangePublisher:
         while not self._stop.is_set():
             page = await asyncio.to_thread(
                 self.app.recorder.select_notifications, self.position + 1, PAGE)
-            for notification in page:
-                await self._publish_one(js, notification)
-                self.position = notification.id
+            changes = await asyncio.to_thread(self._changes, page)  # one thread hop a page
+            for start in range(0, len(changes), WINDOW):
+                await self._publish_window(js, changes[start:start + WINDOW])
+            if page:
+                self.position = page[-1].id
             if len(page) < PAGE:
                 await asyncio.sleep(self.poll_sec)
+
+    def _changes(self, page: list[Any]) -> list[tuple[int, str, dict[str, Any], bool]]:
+        """(position, agent, change, is erasure) per change of a page, in log order."""
+        out = []
+        for notification in page:
+            event = self.app.mapper.to_domain_event(notification)
+            if isinstance(event, UndecryptableEvent):
+                continue
+            agent = self._agent_of(event)
+            change = change_of(notification.id, agent, event) if agent else None
+            if change is not None and agent is not None:
+                out.append((notification.id, agent, change, isinstance(event, AgentMemory.Erased)))
+        return out
+
+    async def _publish_window(self, js: Any, window: list[tuple[int, str, dict[str, Any], bool]]) -> None:
+        """Publish up to ``WINDOW`` changes with their acks awaited together: JetStream keeps
+        one connection's publications in the order sent. An erasure waits for what was sent
+        before it, then purges the agent's subject, then publishes its marker."""
+        pending: list[Any] = []
+        for position, agent, change, erasure in window:
+            subject = changes_subject(agent, self.prefix)
+            if erasure:
+                await asyncio.gather(*pending)
+                pending = []
+                await js.purge_stream(self.stream, subject=subject)
+            pending.append(asyncio.ensure_future(js.publish(
+                subject, json.dumps(change, default=str).encode("utf-8"), headers={
+                    "Nats-Msg-Id": f"{self.source}:{position}", POSITION_HEADER: str(position)})))
+            await asyncio.sleep(0)  # let it be written before the next one is created
+        await asyncio.gather(*pending)
+        self.published += len(window)
 
     async def _ensure_stream(self, js: Any) -> None:
         try:
@@ -116,7 +154,7 @@ class ChangePublisher:
                 seq -= 1
                 continue
             return int((last.headers or {}).get(POSITION_HEADER, 0))
-        return 0
+        return self.start_after
 
     def _agent_of(self, event: Any) -> str | None:
         oid = event.originator_id
@@ -131,20 +169,3 @@ class ChangePublisher:
                 return None
             self._agents[oid] = found
         return self._agents[oid]
-
-    async def _publish_one(self, js: Any, notification: Any) -> None:
-        event = await asyncio.to_thread(self.app.mapper.to_domain_event, notification)
-        if isinstance(event, UndecryptableEvent):
-            return
-        agent = await asyncio.to_thread(self._agent_of, event)
-        change = change_of(notification.id, agent, event) if agent else None
-        if change is None or agent is None:
-            return
-        subject = changes_subject(agent, self.prefix)
-        if isinstance(event, AgentMemory.Erased):
-            await js.purge_stream(self.stream, subject=subject)
-        await js.publish(subject, json.dumps(change, default=str).encode("utf-8"), headers={
-            "Nats-Msg-Id": f"{self.source}:{notification.id}",
-            POSITION_HEADER: str(notification.id),
-        })
-        self.published += 1
