@@ -12,10 +12,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from engramdb.domain.agent_id import check_agent_id
+from engramdb.services.management import webhooks
 from engramdb.services.management.audit_models import HistoryEntry
 from engramdb.services.management.export_log import export_lines
 from engramdb.services.management.import_foreign import mem0_facts, transcript_messages
 from engramdb.services.management.import_log import ImportRefused, ImportResult, import_export
+from engramdb.services.management.webhooks import Webhook
 from engramdb.services.memory.cell import Cell
 from engramdb.services.write.client_facts import AddFactsRequest, InvalidClientFacts
 from engramdb.services.write.client_writer import add_client_facts
@@ -97,6 +99,40 @@ class FlowsMixin:
         """An OpenAI-style transcript through the write pipeline, turn by turn."""
         pipeline = self.cell(agent_id).pipeline
         return [pipeline.write(m) for m in transcript_messages(text, agent_id, session_id)]
+
+    # ----- webhooks (the registry lives in the first cell; deployment-wide) -----------------
+
+    def _hooks_conn(self) -> Any:
+        first = self.cells[0]
+        return first.pool.connection(), first.schema
+
+    @property
+    def cells(self) -> list[Cell]:
+        raise NotImplementedError  # Memory's
+
+    def add_webhook(self, url: str, *, agent_id: str | None = None, agent_prefix: str | None = None,
+                    secret: str | None = None, max_attempts: int = 8) -> Webhook:
+        """Register ``url`` for one agent's changes (or those of agents starting with
+        ``agent_prefix``); the answer holds the signing secret, no later call does.
+        ``WebhookRefused`` for a URL that is not http(s) or points back at this deployment."""
+        from engramdb.infra.settings import load_settings
+
+        own = {load_settings().http_port}
+        pool_conn, schema = self._hooks_conn()
+        with pool_conn as conn:
+            return webhooks.register(conn, schema, url, own_ports=own, agent_id=agent_id,
+                                     agent_prefix=agent_prefix, secret=secret,
+                                     max_attempts=max_attempts)
+
+    def list_webhooks(self, *, with_secrets: bool = False) -> list[Webhook]:
+        pool_conn, schema = self._hooks_conn()
+        with pool_conn as conn:
+            return webhooks.list_hooks(conn, schema, with_secrets=with_secrets)
+
+    def delete_webhook(self, webhook_id: str) -> bool:
+        pool_conn, schema = self._hooks_conn()
+        with pool_conn as conn:
+            return webhooks.delete(conn, schema, webhook_id)
 
 
 def _header_agent(lines: list[str]) -> str:
