@@ -140,3 +140,21 @@ def test_urls_refused(memory: Memory) -> None:
     hook = memory.add_webhook("https://example.com/h", agent_prefix="team-")
     assert hook.matches("team-a") and not hook.matches("other")
     assert memory.delete_webhook(hook.webhook_id) and memory.list_webhooks() == []
+
+
+async def test_http_webhook_routes(memory: Memory) -> None:
+    import httpx
+
+    from engramdb.services.entrypoints.http.api import create_app
+
+    api = create_app(memory)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=api), base_url="http://t") as c:
+        r = await c.post("/v1/webhooks", json={"url": "gopher://example.com/", "agent_prefix": ""})
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "url"]
+        r = await c.post("/v1/webhooks", json={"url": "https://example.com/h", "agent_id": "a-1"})
+        assert r.status_code == 200 and r.json()["secret"], r.text
+        hook = r.json()["webhook_id"]
+        listed = (await c.get("/v1/webhooks")).json()
+        assert [h["webhook_id"] for h in listed] == [hook] and listed[0]["secret"] is None
+        assert (await c.delete(f"/v1/webhooks/{hook}")).status_code == 200
+        assert (await c.delete(f"/v1/webhooks/{hook}")).status_code == 404

@@ -158,7 +158,55 @@ def import_file(
         typer.echo(summary)
 
 
+webhooks_app = typer.Typer(no_args_is_help=True, help="Webhooks: changes POSTed to your URLs (ADR-0049).")
+
+
+@webhooks_app.command("add")
+def webhook_add(
+    url: Annotated[str, typer.Argument(help="http(s) URL that receives the changes")],
+    agent: Annotated[str | None, typer.Option("--agent", help="one agent's changes")] = None,
+    prefix: Annotated[str | None, typer.Option("--agent-prefix", help="agents whose id starts so")] = None,
+    attempts: Annotated[int, typer.Option("--max-attempts")] = 8,
+) -> None:
+    """Register a webhook; prints its id and signing secret (shown only now)."""
+    with cli_user_errors():
+        from engramdb.services.memory.facade import Memory
+
+        with Memory.open(quiet=True) as memory:
+            hook = memory.add_webhook(url, agent_id=agent, agent_prefix=prefix, max_attempts=attempts)
+    typer.echo(f"{hook.webhook_id}  secret {hook.secret}  (keep it: it is not shown again)")
+
+
+@webhooks_app.command("list")
+def webhook_list(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """The registered webhooks (no secrets)."""
+    with cli_user_errors():
+        from engramdb.services.memory.facade import Memory
+
+        with Memory.open(quiet=True) as memory:
+            hooks = memory.list_webhooks()
+    if as_json:
+        typer.echo(json.dumps([h.model_dump(mode="json") for h in hooks]))
+        return
+    for h in hooks:
+        target = f"agent {h.agent_id}" if h.agent_id else f"prefix {h.agent_prefix!r}"
+        typer.echo(f"{h.webhook_id}  {target}  {h.url}")
+
+
+@webhooks_app.command("delete")
+def webhook_delete(webhook_id: Annotated[str, typer.Argument()]) -> None:
+    """Stop delivering to a webhook."""
+    with cli_user_errors():
+        from engramdb.services.memory.facade import Memory
+
+        with Memory.open(quiet=True) as memory:
+            if not memory.delete_webhook(webhook_id):
+                raise LookupError(f"no webhook {webhook_id!r}")
+    typer.echo(f"deleted {webhook_id}")
+
+
 def register(app: typer.Typer) -> None:
+    app.add_typer(webhooks_app, name="webhooks")
     app.command("add-facts")(add_facts)
     app.command("export")(export)
     app.command("import")(import_file)

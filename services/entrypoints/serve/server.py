@@ -27,6 +27,7 @@ from engramdb.services.entrypoints.nats.changes import ChangePublisher
 from engramdb.services.entrypoints.nats.ingest import IngestThread, build_ingest_app
 from engramdb.services.entrypoints.nats.manage import register_manage
 from engramdb.services.entrypoints.nats.retrieve import create_retrieve_broker, retrieve_subject
+from engramdb.services.entrypoints.nats.webhooks import WebhookDispatcher
 from engramdb.services.entrypoints.serve.shutdown import ShutdownRequest, SignalFreeServer
 from engramdb.services.entrypoints.serve.startup_heap import settle
 from engramdb.services.jobs.schedule import start_jobs
@@ -81,6 +82,9 @@ def _run(role: str, settings: Settings, shutdown: ShutdownRequest) -> None:
         changes = [ChangePublisher(cell.app, nats_url, settings.subject_prefix).start()
                    for cell in memory.cells] if (  # ADR-0049
             settings.change_stream and role in ("all", "ingest") and nats_url is not None) else []
+        hooks = memory.list_webhooks(with_secrets=True) if changes else []
+        dispatcher = WebhookDispatcher(hooks, nats_url or "", settings.subject_prefix).start() \
+            if hooks else None  # registered at start-up; a new hook is served after a restart
         log.info("start-up objects frozen out of garbage collection: %d", settle())  # ADR-0041
         try:
             if shutdown.requested:
@@ -94,6 +98,8 @@ def _run(role: str, settings: Settings, shutdown: ShutdownRequest) -> None:
                 retrier.stop()
             for publisher in changes:
                 publisher.stop()
+            if dispatcher is not None:
+                dispatcher.stop()
             if jobs is not None:
                 jobs.stop()
             if ingest is not None:
