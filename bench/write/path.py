@@ -130,10 +130,12 @@ def bench_end_to_end(
     concurrency: int = 8,
     batched: bool = True,
     change_stream: bool = False,
+    webhooks: int = 0,
 ) -> dict[str, Any]:
     """One run; ``batched=False`` is the baseline: each save its own transaction (2 per
     message: record, then decisions), no batch recording of a fetch. ``change_stream``: the
-    change publisher (ADR-0049) follows the log meanwhile, as ``serve`` runs it."""
+    change publisher (ADR-0049) follows the log meanwhile, as ``serve`` runs it; ``webhooks``:
+    that many webhooks (every agent) deliver to a local receiver meanwhile."""
     from engramdb.infra.providers.scripted import HashEmbedder
     from engramdb.services.entrypoints.nats.ingest import IngestThread, build_ingest_app
     from engramdb.services.entrypoints.nats.publisher import MessagePublisher
@@ -180,6 +182,7 @@ def bench_end_to_end(
 
         changes = ChangePublisher(  # this run's changes, not the earlier runs' in the schema
             app, nats_url, prefix, start_after=app.recorder.max_notification_id() or 0).start()
+    hooks = _start_webhooks(nats_url, prefix, webhooks) if webhooks else None
     ids = [f"bench-e2e-{uuid.uuid4().hex[:6]}-{a}" for a in range(agents)]
     messages = [
         ConversationMessage(
@@ -219,12 +222,18 @@ def bench_end_to_end(
             projections.stop()
         if changes is not None:
             changes.stop()
+        if hooks is not None:
+            hooks[0].stop()
+            hooks[1].shutdown()
         app.close()
     extra = {} if changes is None else {
         "changes_published": changes.published, "changes_caught_up_s": round(changes_s, 3)}
+    if hooks is not None:
+        extra["webhook_deliveries_during_run"] = sum(c["delivered"] for c in hooks[0].stats.values())
     return {
         **extra,
-        "mode": ("batched" if batched else "baseline") + ("+changes" if change_stream else ""),
+        "mode": ("batched" if batched else "baseline") + ("+changes" if change_stream else "")
+        + (f"+{webhooks}webhooks" if webhooks else ""),
         "concurrency": concurrency,
         "messages": n,
         "agents": agents,
@@ -239,6 +248,31 @@ def bench_end_to_end(
             (pipeline.commits.stats["transactions"] - before["transactions"]) / n, 3
         ),
     }
+
+
+def _start_webhooks(nats_url: str, prefix: str, n: int) -> tuple[Any, Any]:
+    """``n`` webhooks for every agent, delivering to one local HTTP receiver (204s)."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from engramdb.infra.embedded_base import pick_port
+    from engramdb.services.entrypoints.nats.webhooks import WebhookDispatcher
+    from engramdb.services.management.webhooks import Webhook
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    port = pick_port()
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    hooks = [Webhook(webhook_id=f"wh_bench{i}", url=f"http://127.0.0.1:{port}/", agent_prefix="",
+                     secret="bench-secret-0123456789") for i in range(n)]
+    return WebhookDispatcher(hooks, nats_url, prefix).start(), server
 
 
 def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -265,6 +299,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--no-projections", action="store_true", help="measure ingest alone")
     parser.add_argument("--change-stream", action="store_true",
                         help="also run with the change publisher (ADR-0049) and report the ratio")
+    parser.add_argument("--webhooks", type=int, default=0,
+                        help="with --change-stream: also that many webhooks to a local receiver")
     args = parser.parse_args(argv)
 
     import psycopg
@@ -287,7 +323,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             batched.append(bench_end_to_end(env, nats_url, args.messages, args.agents, proj, args.concurrency))
             if args.change_stream:
                 streamed.append(bench_end_to_end(env, nats_url, args.messages, args.agents, proj,
-                                                 args.concurrency, change_stream=True))
+                                                 args.concurrency, change_stream=True,
+                                                 webhooks=args.webhooks))
         report["end_to_end"] = _median_run(batched)
         if streamed:
             report["end_to_end_with_change_stream"] = _median_run(streamed)
