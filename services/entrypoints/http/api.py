@@ -33,6 +33,7 @@ from engramdb.services.entrypoints.http.guard import (
 )
 from engramdb.services.entrypoints.http.manage_routes import forbid_unknown_query
 from engramdb.services.entrypoints.http.manage_routes import router as manage_router
+from engramdb.services.entrypoints.http.ui import mount_ui
 from engramdb.services.retrieve.config import UnknownConfigKey
 from engramdb.services.retrieve.models import RetrieveRequest, RetrieveResult
 from engramdb.services.write.messages import ConversationMessage, MessageIdConflict
@@ -223,6 +224,7 @@ def create_app(
         return JSONResponse(status_code=200 if ok else 503, content=body)
 
     app.include_router(manage_router)
+    mount_ui(app)  # the web inspector at /ui (ADR-0044)
     @app.get(
         "/metrics",
         response_class=Response,
