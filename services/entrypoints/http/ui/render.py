@@ -48,10 +48,11 @@ def clip(value: Any, limit: int = 300) -> str:
 
 
 def when(value: datetime | None) -> str:
-    """A time as ``2026-03-28 14:00:05 UTC`` (what people read)."""
+    """A time as ``2026-03-28 14:00:05.123 UTC`` (what people read; milliseconds because
+    one conversation's decisions are often within a second)."""
     if value is None:
         return "—"
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
 
 
 def iso(value: datetime | None) -> str:
