@@ -141,9 +141,11 @@ def facts_diff(
     added = [FactItem.model_validate(r) for r in added_rows[:limit]]
     removed = [FactItem.model_validate(r) for r in removed_rows[:limit]]
     by_id = {f.fact_id: f for f in added}
+    successors = _successors(pool, agent_id, [f.fact_id for f in removed if f.superseded_by])
     changed: list[FactChange] = []
     for old in list(removed):
-        new = by_id.get(old.superseded_by or "")
+        # the fact that replaced it may be several supersessions later (t1 -> ... -> t2)
+        new = next((by_id[s] for s in successors.get(old.fact_id, []) if s in by_id), None)
         if new is not None:
             changed.append(FactChange(before=old, after=new))
             removed.remove(old)
@@ -151,6 +153,27 @@ def facts_diff(
             del by_id[new.fact_id]
     return FactsDiff(t1=t1, t2=t2, added=added, removed=removed, changed=changed,
                      truncated=truncated)
+
+
+def _successors(pool: ConnectionPool, agent_id: str, fact_ids: list[str]) -> dict[str, list[str]]:
+    """For each fact, the facts that superseded it in turn (nearest first, 20 at most)."""
+    if not fact_ids:
+        return {}
+    rows = _rows(
+        pool,
+        "WITH RECURSIVE chain(origin, fid, depth) AS ("
+        "SELECT f.fact_id, f.superseded_by, 1 FROM mem_facts f WHERE f.agent_id = %(a)s "
+        "AND f.fact_id = ANY(%(ids)s) AND f.superseded_by IS NOT NULL "
+        "UNION ALL SELECT c.origin, f.superseded_by, c.depth + 1 FROM chain c "
+        "JOIN mem_facts f ON f.agent_id = %(a)s AND f.fact_id = c.fid "
+        "WHERE f.superseded_by IS NOT NULL AND c.depth < 20) "
+        "SELECT origin, fid FROM chain ORDER BY origin, depth",
+        {"a": agent_id, "ids": fact_ids},
+    )
+    found: dict[str, list[str]] = {}
+    for row in rows:
+        found.setdefault(row["origin"], []).append(row["fid"])
+    return found
 
 
 def entity_graph(
