@@ -54,6 +54,13 @@ def test_lineage_from_agent_list_to_source_and_superseded_fact(page: Any, open_s
     assert page.locator("dd.superseded-by a").count() == 1
     versions = page.locator("table.versions").inner_text()
     assert "added" in versions and "updated" in versions
+    _goto(page, page.url.split("/facts/")[0] + "/entities")
+    assert page.locator("svg.graph a").count() >= 3  # Ana, Recife, Porto Alegre, ...
+    page.locator("svg.graph a", has_text="Porto Alegre").first.click()
+    page.wait_for_url("**entity=place%3Aporto-alegre*")
+    assert "Porto Alegre" in page.locator("main table").first.inner_text()
+    page.go_back()
+    shot(page, "graph")
 
 
 def test_time_travel_back_before_the_move_and_diff(page: Any, open_server: str) -> None:
@@ -178,6 +185,7 @@ def test_hostile_texts_render_inert(page: Any, open_server: str, ui_memory: Memo
     body = page.inner_text("main")
     assert "<script>window.__pwned = 1" in body  # shown as text, not run
     assert "<img src=x onerror=" in body
+    assert "[U+202E]evil[U+202C]" in body  # the override is shown, not obeyed
     # the 64 KiB line wraps inside the page: no horizontal scroll of the whole document
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= 1280 + 20, width

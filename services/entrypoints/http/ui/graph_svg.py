@@ -52,10 +52,19 @@ def layout(graph: EntityGraph) -> Drawing:
     width by strength; communities are numbered C1, C2… so the drawing needs no colour."""
     names = {c.community_id: f"C{i + 1}" for i, c in enumerate(graph.communities)}
     cx, cy, ring = WIDTH / 2, HEIGHT / 2, min(WIDTH, HEIGHT) / 2 - 70
-    others = [n for n in graph.nodes if n.entity_key != graph.center]
+    degree: dict[str, int] = {}
+    for e in graph.edges:
+        for k in (e.source_key, e.target_key):
+            degree[k] = degree.get(k, 0) + 1
+    # the centre asked for, else the best-connected node when it touches most edges (a star)
+    hub = graph.center
+    if hub is None and degree:
+        best = max(sorted(degree), key=lambda k: degree[k])
+        hub = best if degree[best] * 2 > len(graph.edges) else None
+    others = [n for n in graph.nodes if n.entity_key != hub]
     spots: dict[str, tuple[float, float]] = {}
     for node in graph.nodes:
-        if node.entity_key == graph.center:
+        if node.entity_key == hub:
             spots[node.entity_key] = (cx, cy)
     for i, node in enumerate(others):
         angle = 2 * math.pi * i / max(1, len(others)) - math.pi / 2

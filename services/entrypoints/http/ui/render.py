@@ -42,9 +42,17 @@ def seg(value: Any) -> str:
     return quote(str(value), safe="")
 
 
+# bidi embeddings, overrides and isolates, and the invisible marks: shown, never obeyed
+_BIDI = {c: f"[U+{c:04X}]" for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E,
+                                     0x200F, 0x061C)}
+
+
 def clip(value: Any, limit: int = 300) -> str:
+    """Untrusted text for display: bidi controls made visible (``[U+202E]``), cut at
+    ``limit`` characters with an ellipsis."""
     text = "" if value is None else str(value)
-    return text if len(text) <= limit else text[:limit] + "…"
+    text = text if len(text) <= limit else text[:limit] + "…"
+    return text.translate(_BIDI)
 
 
 def when(value: datetime | None) -> str:
