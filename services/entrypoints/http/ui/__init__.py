@@ -7,7 +7,12 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse
 
-from engramdb.services.entrypoints.http.ui import routes_audit, routes_browse, routes_login, routes_ops
+from engramdb.services.entrypoints.http.ui import (
+    routes_audit,
+    routes_browse,
+    routes_login,
+    routes_ops,
+)
 from engramdb.services.entrypoints.http.ui.calls import UIError
 from engramdb.services.entrypoints.http.ui.render import page
 from engramdb.services.entrypoints.http.ui.routes_login import login_page

@@ -6,6 +6,8 @@ delete needs write, forget/erase/reprocess need admin (ADR-0011)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
@@ -19,10 +21,10 @@ router = APIRouter(include_in_schema=False)
 async def operations(request: Request) -> HTMLResponse:
     need(request, "admin")
     memory = request.app.state.memory
-    health = None
+    health: Any = None
     if getattr(memory, "health", None) is not None:
         try:
-            health = await call(request, lambda m: m.health())
+            health = (await call(request, lambda m: m.health())).model_dump(mode="json")
         except Exception as exc:  # noqa: BLE001 - an unhealthy store is what this page shows
             health = {"error": str(exc)}
     pending = await call(request, lambda m: m.pending_extractions(limit=100))
@@ -33,11 +35,11 @@ async def operations(request: Request) -> HTMLResponse:
     if metrics is not None:
         dead = getattr(metrics, "stats", {}).get("dead_lettered")
     return page(request, "ops.html", title="Operations",
-                health=health.model_dump(mode="json") if hasattr(health, "model_dump") else health,
+                health=health,
                 pending=pending, runs=runs, markers=markers, dead_lettered=dead)
 
 
-def _confirm(request: Request, agent_id: str, action: str, **context: object) -> HTMLResponse:
+def _confirm(request: Request, agent_id: str, action: str, **context: Any) -> HTMLResponse:
     return page(request, "confirm.html", title=f"Confirm: {action}", agent_id=agent_id,
                 action=action, **context)
 
