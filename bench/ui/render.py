@@ -33,7 +33,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def pages(agent: str, n: int) -> dict[str, str]:
-    mid = f"2026-01-01T00:00:00+00:00".replace("00:00:00", "12:00:00")
+    mid = "2026-01-01T00:00:00+00:00".replace("00:00:00", "12:00:00")
     a = f"/ui/agents/{agent}"
     return {
         "agents": f"/ui/agents?q={agent}",

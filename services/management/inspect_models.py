@@ -124,3 +124,16 @@ class ErasureMarker(BaseModel):
 
     key_id: str
     erased_at: datetime | None
+
+
+class DeadLetterItem(BaseModel):
+    """One dead letter as the ingest consumer wrote it (``write.messages.DeadLetter``), with
+    its place in the dead-letter stream."""
+
+    seq: int
+    reason: str
+    stage: str
+    agent_id: str | None = None
+    subject: str
+    payload_preview: str = Field(default="", description="the payload's first 1 kB, as text")
+    by_reference: bool = False

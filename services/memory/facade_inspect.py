@@ -9,8 +9,10 @@ from __future__ import annotations
 from datetime import datetime
 
 from engramdb.services.management import inspect_queries as q
+from engramdb.services.management.dead_letters import latest_dead_letters
 from engramdb.services.management.inspect_models import (
     AgentOverview,
+    DeadLetterItem,
     EntityGraph,
     ErasureMarker,
     FactsDiff,
@@ -25,6 +27,8 @@ from engramdb.services.memory.cell import Cell
 
 class InspectMixin:
     """Mixed into ``Memory``; per-agent reads go to the agent's cell, the rest span cells."""
+
+    nats_url: str | None
 
     def cell(self, agent_id: str) -> Cell:
         raise NotImplementedError
@@ -73,3 +77,10 @@ class InspectMixin:
     def erasure_of(self, agent_id: str) -> ErasureMarker | None:
         """The agent's erasure marker (its data key destroyed), or ``None``."""
         return q.erasure_of(self.cell(agent_id).pool, agent_id)
+
+    def dead_letters(self, prefix: str, limit: int = 50) -> list[DeadLetterItem] | None:
+        """The newest dead letters on ``<prefix>.deadletter.messages``; ``None`` when this
+        process knows no NATS (``nats_url`` unset)."""
+        if not self.nats_url:
+            return None
+        return latest_dead_letters(self.nats_url, prefix, limit)

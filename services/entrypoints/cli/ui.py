@@ -23,6 +23,7 @@ def register(app: typer.Typer) -> None:
         import uvicorn
 
         from engramdb.infra.api_keys import ApiKeyConfigError, load_keyring
+        from engramdb.infra.database import resolve_nats
         from engramdb.infra.settings import load_settings
         from engramdb.services.entrypoints.http.api import create_app
         from engramdb.services.entrypoints.http.auth import allowed_hosts, check_bind, secure
@@ -36,8 +37,10 @@ def register(app: typer.Typer) -> None:
             raise SystemExit(str(exc)) from None
         check_bind(bind, ring)
         with Memory.open(settings, quiet=True) as memory:
+            memory.nats_url = resolve_nats(settings)  # health and the dead-letter stream
             app_ = secure(create_app(memory, max_body_bytes=settings.http_max_body_bytes), ring,
                           allowed_hosts(bind, settings.http_allowed_hosts))
+            app_.state.subject_prefix = settings.subject_prefix
             shown = f"[{bind}]" if ":" in bind else bind
             typer.echo(f"engramdb inspector on http://{shown}:{port}/ui")
             if open_browser:

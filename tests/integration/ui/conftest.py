@@ -80,10 +80,12 @@ def keyed_server(ui_memory: Memory) -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     """Headless Debian chromium through Playwright; skipped with how to install it when
-    missing — a failure instead where ``ENGRAMDB_REQUIRE_BROWSER=1`` (CI)."""
+    missing — a failure instead where ``ENGRAMDB_REQUIRE_BROWSER=1`` (CI). Module-scoped:
+    Playwright's sync API holds an event loop on this thread while it runs, which the async
+    tests of later modules (pytest-asyncio's session loop) must not meet."""
     required = os.environ.get("ENGRAMDB_REQUIRE_BROWSER") == "1"
     executable = chromium_path()
     try:

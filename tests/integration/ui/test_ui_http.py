@@ -127,3 +127,42 @@ async def test_bad_input_is_a_4xx_page(ui_memory: Memory, path: str, status: int
 async def test_ui_is_not_in_the_openapi_document(ui_memory: Memory) -> None:
     spec = create_app(memory=None).openapi()
     assert not [p for p in spec["paths"] if p.startswith("/ui")]
+
+
+async def test_operations_lists_dead_letters_with_their_reason(ui_memory: Memory, nats_url: str) -> None:
+    """A poison message through the real ingest consumer becomes a dead letter; the
+    operations page reads it back from the dead-letter stream, reason and payload shown
+    escaped."""
+    import time
+    import uuid
+
+    import anyio
+
+    from engramdb.services.entrypoints.nats.ingest import IngestThread, build_ingest_app
+    from engramdb.services.entrypoints.nats.publisher import MessagePublisher
+
+    prefix = f"ui{uuid.uuid4().hex[:8]}"
+    ingest_app, _broker = build_ingest_app(nats_url, ui_memory.ingest_pipeline(), prefix=prefix)
+    ingest = IngestThread(ingest_app).start()
+    app = create_app(ui_memory)
+    app.state.subject_prefix = prefix
+    try:
+        async with MessagePublisher(nats_url, prefix) as pub:
+            await pub.publish_raw(AGENT, b"<script>not json</script>")
+        ui_memory.nats_url = nats_url
+        deadline = time.monotonic() + 30
+        async with _client(app) as c:
+            while True:
+                r = await c.get("/ui/ops")
+                assert r.status_code == 200
+                if "No dead letters" not in r.text and "Dead letters" in r.text and "validation" in r.text:
+                    break
+                assert time.monotonic() < deadline, r.text[-3000:]
+                await anyio.sleep(0.2)
+        section = r.text[r.text.index('id="d-h"'):]
+        assert "&lt;script&gt;not json&lt;/script&gt;" in section and "<script>not" not in section
+        row = section[section.index("<tbody>"):section.index("</tbody>")]
+        assert "<td>validation</td>" in row and "JSON" in row  # the stage and the reason
+    finally:
+        ui_memory.nats_url = None
+        ingest.stop()

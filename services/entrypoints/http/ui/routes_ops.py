@@ -6,11 +6,13 @@ delete needs write, forget/erase/reprocess need admin (ADR-0011)."""
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
+from engramdb.infra.settings import load_settings
 from engramdb.services.entrypoints.http.ui.calls import UIError, actor, call, form, may, need
 from engramdb.services.entrypoints.http.ui.render import page, seg
 
@@ -30,13 +32,26 @@ async def operations(request: Request) -> HTMLResponse:
     pending = await call(request, lambda m: m.pending_extractions(limit=100))
     runs = await call(request, lambda m: m.job_runs(100))
     markers = await call(request, lambda m: m.erasure_markers(100))
-    dead = None
-    metrics = getattr(memory, "metrics", None)
-    if metrics is not None:
-        dead = getattr(metrics, "stats", {}).get("dead_lettered")
-    return page(request, "ops.html", title="Operations",
-                health=health,
-                pending=pending, runs=runs, markers=markers, dead_lettered=dead)
+    letters: Any = None
+    letters_error = ""
+    if hasattr(memory, "dead_letters"):
+        try:
+            letters = await call(request, lambda m: m.dead_letters(subject_prefix(request), 50))
+        except Exception as exc:  # noqa: BLE001 - NATS down is what this page must show
+            letters_error = f"{type(exc).__name__}: {exc}"
+    return page(request, "ops.html", title="Operations", health=health, pending=pending,
+                runs=runs, markers=markers, letters=letters, letters_error=letters_error)
+
+
+@lru_cache(maxsize=1)
+def _configured_prefix() -> str:
+    return load_settings().subject_prefix
+
+
+def subject_prefix(request: Request) -> str:
+    """The NATS subject prefix: the app's (``engramdb ui`` sets it), else the settings'."""
+    given: str | None = getattr(request.app.state, "subject_prefix", None)
+    return given or _configured_prefix()
 
 
 def _confirm(request: Request, agent_id: str, action: str, **context: Any) -> HTMLResponse:
