@@ -152,7 +152,10 @@ def test_erase_an_agent_leaves_nothing_of_it(page: Any, open_server: str, ui_mem
         body = page.inner_text("body")
         assert "Lisbon" not in body and "Carla" not in body
     _goto(page, f"{open_server}/ui/agents?q=erase")
-    assert agent not in page.inner_text("main")
+    assert agent not in page.inner_text("main")  # no row: nothing of it left
+    _goto(page, f"{open_server}/ui/agents?q={agent}")  # only its exact id finds the marker
+    assert "erased" in page.locator("tr.erased-row").inner_text()
+    assert "Lisbon" not in page.inner_text("body")
 
 
 HOSTILE = [
@@ -248,3 +251,29 @@ def test_read_key_cannot_act_and_no_key_is_a_login_page(page: Any, keyed_server:
     page.wait_for_url("**/ui/agents")
     assert _goto(page, f"{keyed_server}/ui/ops").status == 200
     shot(page, "operations")
+
+
+def test_keyboard_and_labels(page: Any, open_server: str) -> None:
+    """Every form control has a label, and the main paths work from the keyboard alone."""
+    for path in ("/ui/agents", f"/ui/agents/{AGENT}", f"/ui/agents/{AGENT}/time",
+                 f"/ui/agents/{AGENT}/retrieve", f"/ui/agents/{AGENT}/entities",
+                 f"/ui/agents/{AGENT}/erase"):
+        _goto(page, open_server + path)
+        unlabelled = page.evaluate(
+            "() => [...document.querySelectorAll('input:not([type=hidden]), select, textarea')]"
+            ".filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label'))"
+            ".map(e => e.id || e.name)")
+        assert unlabelled == [], (path, unlabelled)
+    _goto(page, f"{open_server}/ui/agents")
+    for _ in range(30):  # Tab to the agent's link, Enter opens it
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.textContent") == AGENT:
+            break
+    page.keyboard.press("Enter")
+    page.wait_for_url(f"**/ui/agents/{AGENT}")
+    _goto(page, f"{open_server}/ui/agents/{AGENT}/time")
+    page.focus("#at-slider")
+    before = page.locator("#at").input_value()
+    with page.expect_navigation():
+        page.keyboard.press("ArrowLeft")  # the slider moves and shows that instant
+    assert page.locator("#at").input_value() < before

@@ -166,3 +166,38 @@ async def test_operations_lists_dead_letters_with_their_reason(ui_memory: Memory
     finally:
         ui_memory.nats_url = None
         ingest.stop()
+
+
+def test_engramdb_ui_serves_the_inspector(ui_schema: tuple[str, dict[str, str]], pg_url: str,
+                                          nats_url: str, ui_memory: Memory) -> None:
+    """``engramdb ui`` as a process, on the deployment its settings name."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from tests.support.live_http import free_port
+
+    schema, _env = ui_schema
+    port = free_port()
+    env = {**os.environ, "ENGRAMDB_DATABASE_URL": pg_url, "ENGRAMDB_DB_SCHEMA": schema,
+           "ENGRAMDB_NATS_URL": nats_url, "ENGRAMDB_EMBEDDING_MODEL": "hash-bow-384",
+           "ENGRAMDB_LLM_API_KEY": "", "ENGRAMDB_LLM_BASE_URL": "", "ENGRAMDB_API_KEYS": ""}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engramdb.services.entrypoints.cli.main", "ui", "--port", str(port)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                r = httpx.get(f"http://127.0.0.1:{port}/ui/agents/{AGENT}", timeout=5)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+                assert time.monotonic() < deadline, "engramdb ui did not start"
+                time.sleep(0.3)
+        assert r.status_code == 200 and "Porto Alegre" in r.text
+        assert "frame-ancestors 'none'" in r.headers["content-security-policy"]
+    finally:
+        proc.terminate()
+        proc.wait(30)

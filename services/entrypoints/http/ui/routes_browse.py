@@ -29,8 +29,14 @@ async def agents(request: Request, q: Text = None, cursor: Cursor = None) -> HTM
     grant = need(request, "read")
     found = await call(request, lambda m: m.agent_overviews(search=q or None, limit=50, cursor=cursor))
     items = [a for a in found.items if grant.allows("read", a.agent_id)]
+    erased = None  # an erased agent has no rows left: only an exact id finds its marker
+    if q and cursor is None and grant.allows("read", q) and q not in {a.agent_id for a in items}:
+        try:
+            erased = await call(request, lambda m: m.erasure_of(q))
+        except UIError:
+            erased = None  # not a valid agent id: nothing to look up
     return page(request, "agents.html", title="Agents", agents=items, q=q or "",
-                next_cursor=found.next_cursor)
+                next_cursor=found.next_cursor, erased=erased)
 
 
 async def _erased_page(request: Request, agent_id: str) -> HTMLResponse | None:
