@@ -211,6 +211,19 @@ def test_a_5000_fact_agent_pages(page: Any, open_server: str, ui_memory: Memory)
     for path in ("/entities", "/conversation", "/time", "/facts/f9"):
         assert _goto(page, f"{open_server}/ui/agents/{agent}{path}").status == 200
     assert "supersedes" in page.inner_text("main").lower()
+    # a source turn deep in the conversation: its link opens the page that holds it
+    _goto(page, f"{open_server}/ui/agents/{agent}/facts/f4998")
+    page.locator("a.source-link").click()
+    page.wait_for_load_state()
+    assert page.locator("li#m-m2499").count() == 1
+    # a 100 kB line (possible only in the read model: the API caps a turn at 64 KiB)
+    with cell.pool.connection() as conn:
+        conn.execute("UPDATE mem_facts SET fact_text = %s WHERE agent_id = %s AND fact_id = 'f5'",
+                     ("W" * 100_000, agent))
+    for path in ("?text=WWWW", "/facts/f5"):
+        assert _goto(page, f"{open_server}/ui/agents/{agent}{path}").status == 200
+        assert page.evaluate("document.documentElement.scrollWidth") <= 1300
+        assert 250 < len(page.inner_text("main")) < 20_000  # clipped, not 100 kB of W
 
 
 def test_read_key_cannot_act_and_no_key_is_a_login_page(page: Any, keyed_server: str) -> None:
@@ -277,3 +290,23 @@ def test_keyboard_and_labels(page: Any, open_server: str) -> None:
     with page.expect_navigation():
         page.keyboard.press("ArrowLeft")  # the slider moves and shows that instant
     assert page.locator("#at").input_value() < before
+
+
+def test_patterns_profiles_and_job_runs_after_the_jobs(page: Any, open_server: str,
+                                                      ui_memory: Memory) -> None:
+    """Last in this module: it runs the sleep-time jobs on the demo agent."""
+    from engramdb.services.jobs import JobContext
+    from engramdb.services.jobs.runner import run_pass
+
+    runs = run_pass(JobContext(ui_memory), agents=[AGENT])
+    assert any(r.status == "ok" for r in runs), runs
+    ui_memory.wait_for_projections()
+    _goto(page, f"{open_server}/ui/agents/{AGENT}/patterns")
+    profiles = page.locator("table", has_text="Entity profiles").inner_text()
+    assert "Ana" in profiles and "template-v1" in profiles
+    patterns = page.locator("table", has_text="Observed patterns")
+    assert patterns.locator("tbody tr a").count() >= 1  # a pattern, linked to its facts
+    shot(page, "patterns")
+    _goto(page, f"{open_server}/ui/ops")
+    jobs = page.locator("table", has_text="Latest run of each job").inner_text()
+    assert "profiles" in jobs and AGENT in jobs

@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from engramdb.services.entrypoints.http.ui.session import csrf_token, ensure_csrf_cookie
+from engramdb.services.management.models import encode_cursor
 
 HERE = Path(__file__).parent
 CSP = (
@@ -72,6 +73,12 @@ def pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, default=str, sort_keys=True)
 
 
+def starting_at(moment: datetime | None) -> str | None:
+    """A conversation cursor whose page starts at ``moment`` (the message there included):
+    the list is keyset-paged on (occurred_at, message_id) and every id sorts after ''."""
+    return None if moment is None else encode_cursor(moment, "")
+
+
 def query(**params: Any) -> str:
     """``?a=1&b=2`` of the non-empty parameters (for pagination links)."""
     kept = {k: v for k, v in params.items() if v not in (None, "")}
@@ -86,7 +93,7 @@ env = Environment(
     lstrip_blocks=True,
 )
 env.filters.update(seg=seg, clip=clip, when=when, iso=iso, pretty=pretty)
-env.globals.update(query=query)
+env.globals.update(query=query, starting_at=starting_at)
 
 
 def page(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
