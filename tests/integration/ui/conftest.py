@@ -107,12 +107,15 @@ def browser() -> Iterator[Any]:
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
     """A fresh browser context (no cookies) with a desktop viewport; fails the test on any
-    dialog (an ``alert`` would mean hostile text ran) or page error."""
+    dialog (an ``alert`` would mean hostile text ran), page error or CSP violation (our own
+    pages must need no exception to the policy)."""
     context = browser.new_context(viewport={"width": 1280, "height": 860})
     tab = context.new_page()
     problems: list[str] = []
     tab.on("dialog", lambda d: (problems.append(f"dialog: {d.message}"), d.dismiss()))
     tab.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    tab.on("console", lambda m: problems.append(f"console: {m.text}")
+           if "Content Security Policy" in m.text or "Refused to" in m.text else None)
     tab.problems = problems
     yield tab
     context.close()

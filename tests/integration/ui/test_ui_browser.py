@@ -193,6 +193,14 @@ def test_hostile_texts_render_inert(page: Any, open_server: str, ui_memory: Memo
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= 1280 + 20, width
     shot(page, "hostile")
+    # defence in depth: even markup that escaped escaping could not run (CSP, no inline code)
+    page.evaluate("document.body.insertAdjacentHTML('beforeend', "
+                  "'<img src=x onerror=\"window.__pwned = 9\">')")
+    page.wait_for_timeout(300)
+    assert page.evaluate("window.__pwned") is None
+    refused = [p for p in page.problems if "Content Security Policy" in p]
+    assert refused, page.problems  # the browser refused the inline handler, and said so
+    page.problems[:] = [p for p in page.problems if p not in refused]
 
 
 def test_a_5000_fact_agent_pages(page: Any, open_server: str, ui_memory: Memory) -> None:
