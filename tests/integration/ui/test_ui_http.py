@@ -201,3 +201,24 @@ def test_engramdb_ui_serves_the_inspector(ui_schema: tuple[str, dict[str, str]],
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+async def test_forget_and_reprocess_go_through_the_facade(ui_memory: Memory) -> None:
+    agent = "forget-me"
+    ui_memory.write(agent, "I live in Natal and I love surfing.", speaker="Lia", message_id="f1")
+    ui_memory.wait_for_projections()
+    assert ui_memory.list_facts(agent).items
+    async with _client(create_app(ui_memory)) as c:
+        confirm = await c.get(f"/ui/agents/{agent}/forget")
+        assert confirm.status_code == 200 and "Forget agent" in confirm.text
+        r = await c.post(f"/ui/agents/{agent}/forget", data={"csrf": _csrf(confirm.text)})
+        assert r.status_code == 303
+        page = await c.get(r.headers["location"])
+        assert "∅ forgotten" in page.text
+        confirm = await c.get(f"/ui/agents/{agent}/reprocess")
+        r = await c.post(f"/ui/agents/{agent}/reprocess", data={"csrf": _csrf(confirm.text)})
+        assert r.status_code == 200 and "Extracted 0" in r.text
+        assert (await c.get("/ui")).status_code in (303, 307)
+    assert ui_memory.list_facts(agent).items == []
+    forgets = [h for h in ui_memory.history(agent) if h.decision == "FORGET"]
+    assert forgets and forgets[0].decided_by.get("via") == "ui"

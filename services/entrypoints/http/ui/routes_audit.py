@@ -12,7 +12,7 @@ from fastapi.responses import HTMLResponse
 
 from engramdb.services.entrypoints.http.ui.calls import UIError, call, instant, may, need
 from engramdb.services.entrypoints.http.ui.render import page
-from engramdb.services.entrypoints.http.ui.routes_browse import Cursor, Text, _erased_page
+from engramdb.services.entrypoints.http.ui.routes_browse import Cursor, Text, erased_page
 
 router = APIRouter(include_in_schema=False)
 MAX_QUERY_CHARS = 2000
@@ -21,7 +21,7 @@ MAX_QUERY_CHARS = 2000
 @router.get("/agents/{agent_id}/facts/{fact_id}", response_class=HTMLResponse)
 async def lineage(request: Request, agent_id: str, fact_id: str) -> HTMLResponse:
     need(request, "read", agent_id)
-    if (erased := await _erased_page(request, agent_id)) is not None:
+    if (erased := await erased_page(request, agent_id)) is not None:
         return erased
     fact = await call(request, lambda m: m.get_fact(agent_id, fact_id))
     history = await call(request, lambda m: m.history(agent_id, fact_id))
@@ -36,7 +36,7 @@ async def time_travel(
     cursor: Cursor = None,
 ) -> HTMLResponse:
     need(request, "read", agent_id)
-    if (erased := await _erased_page(request, agent_id)) is not None:
+    if (erased := await erased_page(request, agent_id)) is not None:
         return erased
     timeline = await call(request, lambda m: m.agent_timeline(agent_id, 200))
     moment = instant(at, "at") or timeline.last
@@ -66,7 +66,7 @@ async def retrieve(
     as_of: Text = None,
 ) -> HTMLResponse:
     need(request, "read", agent_id)
-    if (erased := await _erased_page(request, agent_id)) is not None:
+    if (erased := await erased_page(request, agent_id)) is not None:
         return erased
     moment = instant(as_of, "as_of")
     result = None

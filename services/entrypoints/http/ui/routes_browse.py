@@ -39,7 +39,7 @@ async def agents(request: Request, q: Text = None, cursor: Cursor = None) -> HTM
                 next_cursor=found.next_cursor, erased=erased)
 
 
-async def _erased_page(request: Request, agent_id: str) -> HTMLResponse | None:
+async def erased_page(request: Request, agent_id: str) -> HTMLResponse | None:
     marker = await call(request, lambda m: m.erasure_of(agent_id))
     if marker is None:
         return None
@@ -60,7 +60,7 @@ async def agent_facts(
     cursor: Cursor = None,
 ) -> HTMLResponse:
     need(request, "read", agent_id)
-    if (erased := await _erased_page(request, agent_id)) is not None:
+    if (erased := await erased_page(request, agent_id)) is not None:
         return erased
     if status and status not in STATUSES:
         raise UIError(400, f"status must be one of {', '.join(STATUSES)}")
@@ -82,7 +82,7 @@ async def agent_entities(
     request: Request, agent_id: str, center: Text = None, cursor: Cursor = None
 ) -> HTMLResponse:
     need(request, "read", agent_id)
-    if (erased := await _erased_page(request, agent_id)) is not None:
+    if (erased := await erased_page(request, agent_id)) is not None:
         return erased
     entities = await call(request, lambda m: m.list_entities(agent_id, limit=50, cursor=cursor))
     graph = await call(request, lambda m: m.entity_graph(agent_id, center or None, 60))
@@ -98,7 +98,7 @@ async def agent_conversation(
     cursor: Cursor = None,
 ) -> HTMLResponse:
     need(request, "read", agent_id)
-    if (erased := await _erased_page(request, agent_id)) is not None:
+    if (erased := await erased_page(request, agent_id)) is not None:
         return erased
     sessions = await call(request, lambda m: m.list_sessions(agent_id, 100))
     messages = await call(request, lambda m: m.list_messages(
@@ -112,7 +112,7 @@ async def agent_conversation(
 @router.get("/agents/{agent_id}/patterns", response_class=HTMLResponse)
 async def agent_patterns(request: Request, agent_id: str, cursor: Cursor = None) -> HTMLResponse:
     need(request, "read", agent_id)
-    if (erased := await _erased_page(request, agent_id)) is not None:
+    if (erased := await erased_page(request, agent_id)) is not None:
         return erased
     patterns = await call(request, lambda m: m.list_patterns(agent_id, 50))
     entities = await call(request, lambda m: m.list_entities(agent_id, limit=50, cursor=cursor))
