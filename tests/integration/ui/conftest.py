@@ -33,6 +33,10 @@ SHOTS = Path(__file__).resolve().parents[3] / "docs" / "img"
 
 
 def chromium_path() -> str | None:
+    """``ENGRAMDB_CHROMIUM`` if set (an executable path), else Debian's chromium on PATH."""
+    explicit = os.environ.get("ENGRAMDB_CHROMIUM")
+    if explicit:
+        return explicit if os.access(explicit, os.X_OK) else None
     for name in ("chromium", "chromium-browser"):
         found = shutil.which(name)
         if found:
