@@ -36,7 +36,8 @@ def pages(agent: str, n: int) -> dict[str, str]:
     mid = "2026-01-01T00:00:00+00:00".replace("00:00:00", "12:00:00")
     a = f"/ui/agents/{agent}"
     return {
-        "agents": f"/ui/agents?q={agent}",
+        "agents (all)": "/ui/agents",
+        "agents (search)": f"/ui/agents?q={agent}",
         "facts": a,
         "facts?text": f"{a}?text=violin",
         "facts?entity": f"{a}?entity=person:p1",
@@ -49,6 +50,7 @@ def pages(agent: str, n: int) -> dict[str, str]:
         "lineage": f"{a}/facts/f{min(n - 1, 9)}",
         "time (as of)": f"{a}/time?at={mid}",
         "time+diff": f"{a}/time?at={mid}&t1={mid}&t2=2026-12-31T00:00:00%2B00:00",
+        "retrieve (page, no query)": f"{a}/retrieve",
         "ops": "/ui/ops",
     }
 
@@ -87,6 +89,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", default="1000,100000")
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--database-url", default=None)
+    parser.add_argument("--extra-big", type=int, default=4,
+                        help="more agents of the largest size, so the agent list pages over "
+                        "several big agents (their counts are capped at 10,000)")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     with database_url(args.database_url) as url, Memory.open(
@@ -97,8 +102,12 @@ def main(argv: list[str] | None = None) -> None:
             for n in sizes:
                 with conn.transaction():
                     seed_agent(conn, f"bench-{n}", n)
+            for i in range(args.extra_big):
+                with conn.transaction():
+                    seed_agent(conn, f"bench-{max(sizes)}-more-{i}", max(sizes))
             conn.execute("VACUUM ANALYZE")
-        print(f"seeded {sum(sizes)} facts in {time.perf_counter() - start:.1f}s; load "
+        total = sum(sizes) + args.extra_big * max(sizes)
+        print(f"seeded {total} facts in {time.perf_counter() - start:.1f}s; load "
               f"{os.getloadavg()[0]:.2f}", flush=True)
         app = create_app(memory)
         results = {n: asyncio.run(measure(app, pages(f"bench-{n}", n), args.runs)) for n in sizes}

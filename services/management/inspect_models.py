@@ -25,6 +25,14 @@ class AgentOverview(BaseModel):
     last_activity: datetime | None = Field(default=None, description="latest recorded turn")
     pending: int = Field(default=0, description="extractions an LLM outage deferred")
     forgotten_at: datetime | None = None
+    capped_at: int | None = Field(default=None, description="counts above this were not "
+                                  "counted further (a count of capped_at + 1 means 'more')")
+
+    def shown(self, count: int) -> str:
+        """A count as the list shows it: ``10,000+`` past the cap."""
+        if self.capped_at is not None and count > self.capped_at:
+            return f"{self.capped_at:,}+"
+        return f"{count:,}"
 
 
 class Timeline(BaseModel):

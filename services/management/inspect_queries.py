@@ -44,6 +44,8 @@ from engramdb.services.management.models import (
 )
 from engramdb.services.retrieve.signals.shared import escape_like
 
+COUNT_CAP = 10_000  # the agent list's counts stop here ("10,000+")
+
 _FACT_COLUMNS = (
     "f.fact_id, f.entity_key, f.attribute_key, f.fact_text AS text, f.category, f.confidence, "
     "f.status, f.valid_from, f.valid_to, f.recorded_at, f.invalidated_at, "
@@ -68,11 +70,35 @@ def _rows(pool: ConnectionPool, sql: str, params: dict[str, Any]) -> list[dict[s
         return cur.fetchall()
 
 
+def _overview_columns(cap: int) -> str:
+    """The counts of one ``mem_agents a`` row, each stopping at ``cap`` + 1 rows: 50 agents
+    of 100k facts would otherwise cost 50 full index ranges. Every count is an index-only
+    range (active facts: the partial index ``valid_to IS NULL``, which every end of a fact
+    sets); the last turn is the top of ``mem_messages_time``."""
+
+    def counted(rows: str) -> str:
+        return f"(SELECT count(*) FROM (SELECT 1 FROM {rows} LIMIT {int(cap) + 1}) x)"
+
+    return (
+        "a.agent_id, a.opened_at, "
+        f"{counted('mem_facts f WHERE f.agent_id = a.agent_id AND f.valid_to IS NULL')} "
+        "AS active_facts, "
+        f"{counted('mem_entities e WHERE e.agent_id = a.agent_id AND e.merged_into IS NULL')} "
+        "AS entities, "
+        f"{counted('mem_messages m WHERE m.agent_id = a.agent_id')} AS messages, "
+        "(SELECT max(m.occurred_at) FROM mem_messages m WHERE m.agent_id = a.agent_id) "
+        "AS last_activity, "
+        f"{counted('mem_extraction_pending p WHERE p.agent_id = a.agent_id')} AS pending, "
+        "(SELECT max(g.forgotten_at) FROM mem_forgotten g WHERE g.agent_id = a.agent_id) "
+        "AS forgotten_at"
+    )
+
+
 def agent_overviews(
-    pool: ConnectionPool, page: PageParams, search: str | None = None
+    pool: ConnectionPool, page: PageParams, search: str | None = None, cap: int = COUNT_CAP
 ) -> Page[AgentOverview]:
-    """Agents by ``agent_id`` whose id contains ``search``, each with its counts (every count
-    an index range of that agent: the page costs the same however many agents there are)."""
+    """Agents by ``agent_id`` whose id contains ``search``, each with its counts (capped:
+    the page says "10,000+")."""
     params: dict[str, Any] = {"n": page.limit + 1, "c": ""}
     where = ["a.agent_id > %(c)s"]
     if page.cursor is not None:
@@ -82,27 +108,29 @@ def agent_overviews(
         where.append("a.agent_id ILIKE %(pat)s")
     rows = _rows(
         pool,
-        "SELECT a.agent_id, a.opened_at, "
-        "(SELECT count(*) FROM mem_facts f WHERE f.agent_id = a.agent_id "
-        "AND f.valid_to IS NULL AND f.invalidated_at IS NULL AND f.status = 'active') "
-        "AS active_facts, "
-        "(SELECT count(*) FROM mem_entities e WHERE e.agent_id = a.agent_id "
-        "AND e.merged_into IS NULL) AS entities, "
-        "(SELECT count(*) FROM mem_messages m WHERE m.agent_id = a.agent_id) AS messages, "
-        "(SELECT max(m.recorded_at) FROM mem_messages m WHERE m.agent_id = a.agent_id) "
-        "AS last_activity, "
-        "(SELECT count(*) FROM mem_extraction_pending p WHERE p.agent_id = a.agent_id) AS pending, "
-        "(SELECT max(g.forgotten_at) FROM mem_forgotten g WHERE g.agent_id = a.agent_id) "
-        f"AS forgotten_at FROM mem_agents a WHERE {' AND '.join(where)} "
+        f"SELECT {_overview_columns(cap)} FROM mem_agents a WHERE {' AND '.join(where)} "
         "ORDER BY a.agent_id LIMIT %(n)s",
         params,
     )
-    items = [AgentOverview.model_validate(r) for r in rows]
+    items = [AgentOverview.model_validate({**r, "capped_at": cap}) for r in rows]
     more = len(items) > page.limit
     items = items[: page.limit]
     return Page[AgentOverview](
         items=items, next_cursor=encode_cursor(items[-1].agent_id) if more else None
     )
+
+
+def agent_overview(
+    pool: ConnectionPool, agent_id: str, cap: int = COUNT_CAP
+) -> AgentOverview | None:
+    """One agent's counts (capped like the list's); ``None`` if it has no memory."""
+    check_agent_id(agent_id)
+    rows = _rows(
+        pool,
+        f"SELECT {_overview_columns(cap)} FROM mem_agents a WHERE a.agent_id = %(a)s LIMIT 1",
+        {"a": agent_id},
+    )
+    return AgentOverview.model_validate({**rows[0], "capped_at": cap}) if rows else None
 
 
 def agent_timeline(pool: ConnectionPool, agent_id: str, limit: int = 200) -> Timeline:

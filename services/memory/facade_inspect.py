@@ -52,6 +52,10 @@ class InspectMixin:
             items=kept, next_cursor=encode_cursor(kept[-1].agent_id) if more and kept else None
         )
 
+    def agent_overview(self, agent_id: str) -> AgentOverview | None:
+        """One agent's exact counts; ``None`` if it has no memory."""
+        return q.agent_overview(self.cell(agent_id).pool, agent_id)
+
     def agent_timeline(self, agent_id: str, limit: int = 200) -> Timeline:
         return q.agent_timeline(self.cell(agent_id).pool, agent_id, limit)
 

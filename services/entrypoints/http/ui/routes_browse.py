@@ -70,10 +70,11 @@ async def agent_facts(
         session=session or None, speaker=speaker or None, valid_at=valid, text=text or None,
         limit=50, cursor=cursor,
     ))
+    overview = await call(request, lambda m: m.agent_overview(agent_id))
     filters = {"entity": entity or "", "session": session or "", "speaker": speaker or "",
                "status": status or "", "text": text or "", "valid_at": valid_at or ""}
     return page(request, "agent_facts.html", title=f"Agent {agent_id}", agent_id=agent_id,
-                tab="facts", facts=facts.items, next_cursor=facts.next_cursor,
+                tab="facts", facts=facts.items, next_cursor=facts.next_cursor, overview=overview,
                 filters=filters, statuses=STATUSES, can_forget=may(request, "admin", agent_id))
 
 
