@@ -107,7 +107,7 @@ async def agent_conversation(
     return page(request, "agent_conversation.html", title=f"Conversation of {agent_id}",
                 agent_id=agent_id, tab="conversation", sessions=sessions,
                 messages=messages.items, next_cursor=messages.next_cursor,
-                session=session or "", speaker=speaker or "")
+                session=session or "", speaker=speaker or "", paged=cursor is not None)
 
 
 @router.get("/agents/{agent_id}/patterns", response_class=HTMLResponse)
