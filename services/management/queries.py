@@ -19,7 +19,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from engramdb.domain.agent_id import check_agent_id
-from engramdb.domain.keys import fold
+from engramdb.domain.keys import match_key
 from engramdb.services.management.models import (
     AgentItem,
     EntityItem,
@@ -71,7 +71,7 @@ def resolve_entity(pool: ConnectionPool, agent_id: str, name: str) -> list[str]:
         pool,
         "SELECT entity_key FROM mem_entities WHERE agent_id = %(a)s AND entity_key = %(n)s "
         "UNION SELECT entity_key FROM mem_aliases WHERE agent_id = %(a)s AND alias_folded = %(f)s",
-        {"a": agent_id, "n": name, "f": fold(name)},
+        {"a": agent_id, "n": name, "f": match_key(name)},
     )
     keys = {r["entity_key"] for r in rows}
     if keys:
