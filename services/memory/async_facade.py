@@ -42,6 +42,7 @@ from engramdb.services.management.models import (
     MessageItem,
     Page,
     ReprocessResult,
+    UpdateResult,
 )
 from engramdb.services.management.pending import PendingExtraction, ReprocessReport
 from engramdb.services.memory.facade import Memory
@@ -177,11 +178,12 @@ class AsyncMemory:
         text: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> Page[FactItem]:
         return await self._read(
             self.sync.list_facts, agent_id, status=status, entity=entity, session=session,
             speaker=speaker, valid_at=valid_at, as_of=as_of, text=text, limit=limit,
-            cursor=cursor,
+            cursor=cursor, metadata=metadata,
         )
 
     async def get_fact(self, agent_id: str, fact_id: str) -> FactDetail:
@@ -203,10 +205,11 @@ class AsyncMemory:
         speaker: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> Page[MessageItem]:
         return await self._read(
             self.sync.list_messages, agent_id, session=session, speaker=speaker, limit=limit,
-            cursor=cursor,
+            cursor=cursor, metadata=metadata,
         )
 
     async def pending_extractions(
@@ -246,3 +249,28 @@ class AsyncMemory:
         self, projection: str | None = None, progress: bool = False, *, cell: str | None = None
     ) -> RebuildReport:
         return await self._command(self.sync.rebuild, projection, progress, cell=cell)
+
+    # ----- direct edits (issue 24) ---------------------------------------------------------
+
+    async def update_fact(
+        self, agent_id: str, fact_id: str, text: str, *, actor: str | None = None,
+        via: str = "python",
+    ) -> UpdateResult:
+        return await self._command(self.sync.update_fact, agent_id, fact_id, text, actor=actor,
+                                   via=via)
+
+    async def record_message(
+        self,
+        agent_id: str,
+        text: str,
+        *,
+        speaker: str | None = None,
+        session_id: str | None = None,
+        occurred_at: datetime | None = None,
+        message_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> WriteResult:
+        return await self._command(
+            self.sync.record_message, agent_id, text, speaker=speaker, session_id=session_id,
+            occurred_at=occurred_at, message_id=message_id, metadata=metadata,
+        )
