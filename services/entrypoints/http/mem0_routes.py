@@ -130,7 +130,7 @@ async def ping(grant: GrantDep) -> Any:
 
 
 @router.post("/v3/memories/add/", summary="Mem0: add messages (extract and decide, or record)")
-async def add(request: Request, grant: GrantDep, body: Annotated[Any, Body()]) -> Any:
+async def add(request: Request, grant: GrantDep, body: Annotated[dict[str, Any], Body()]) -> Any:
     body = _body_dict(body)
     bad = _unknown(body, {"messages", "user_id", "agent_id", "run_id", "metadata", "infer",
                           "filters"}, _ADD_IGNORED)
@@ -148,7 +148,7 @@ async def add(request: Request, grant: GrantDep, body: Annotated[Any, Body()]) -
 
 @router.post("/v3/memories/", summary="Mem0: list memories (get_all), filtered in SQL")
 async def get_all(
-    request: Request, grant: GrantDep, body: Annotated[Any, Body()] = None,
+    request: Request, grant: GrantDep, body: Annotated[dict[str, Any] | None, Body()] = None,
     page: Annotated[int, Query(ge=1, le=10_000)] = 1,
     page_size: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> Any:
@@ -175,7 +175,7 @@ async def get_all(
 
 
 @router.post("/v3/memories/search/", summary="Mem0: search memories (engramdb's retrieve)")
-async def search(request: Request, grant: GrantDep, body: Annotated[Any, Body()]) -> Any:
+async def search(request: Request, grant: GrantDep, body: Annotated[dict[str, Any], Body()]) -> Any:
     body = _body_dict(body)
     bad = _unknown(body, {"query", "filters", "top_k", "threshold", "user_id", "agent_id",
                           "run_id"}, _SEARCH_IGNORED)
@@ -205,7 +205,7 @@ async def get(memory_id: str, request: Request, grant: GrantDep) -> Any:
 
 @router.put("/v1/memories/{memory_id}/", summary="Mem0: rewrite a memory (a FactUpdated event)")
 async def update(memory_id: str, request: Request, grant: GrantDep,
-                 body: Annotated[Any, Body()]) -> Any:
+                 body: Annotated[dict[str, Any], Body()]) -> Any:
     body = _body_dict(body)
     bad = _unknown(body, {"text", "metadata"}, set())
     if bad is not None:
