@@ -5,9 +5,9 @@ and ``engramdb keys create``."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
-import base64
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
