@@ -143,7 +143,7 @@ async def add(request: Request, grant: GrantDep, body: Annotated[dict[str, Any],
     if not isinstance(infer, bool):
         return JSONResponse(status_code=400, content={"detail": "infer must be a boolean"})
     return await _run(request, grant, lambda m: m.add(
-        body.get("messages"), **scope.fields(), metadata=body.get("metadata"), infer=infer))
+        body.get("messages") or "", **scope.fields(), metadata=body.get("metadata"), infer=infer))
 
 
 @router.post("/v3/memories/", summary="Mem0: list memories (get_all), filtered in SQL")
@@ -186,7 +186,7 @@ async def search(request: Request, grant: GrantDep, body: Annotated[dict[str, An
         return scope
     ids = {k: body[k] for k in ("user_id", "agent_id", "run_id") if body.get(k) is not None}
     return await _run(request, grant, lambda m: m.search(
-        body.get("query"), filters=body.get("filters"), top_k=body.get("top_k") or 10,
+        body.get("query") or "", filters=body.get("filters"), top_k=body.get("top_k") or 10,
         threshold=body.get("threshold"), **ids))
 
 
