@@ -53,3 +53,33 @@ async def test_engramdb_is_an_autogen_memory(memory: AsyncMemory, agent_id: str)
     assert (await mem.query("Where does Ana live?")).results == []
     assert any(e.decision == "FORGET" for e in await memory.history(agent_id))
     await mem.close()
+
+
+async def test_an_autogen_assistant_agent_answers_with_engramdb_memory(
+    memory: AsyncMemory, agent_id: str
+) -> None:
+    """A real ``AssistantAgent`` run (autogen-agentchat) with a scripted model client
+    (autogen-ext's ``ReplayChatCompletionClient``): the model is called with the memory's
+    system message, and the run reports the memory it used (``MemoryQueryEvent``)."""
+    agentchat = pytest.importorskip("autogen_agentchat.agents")
+    replay = pytest.importorskip("autogen_ext.models.replay")
+    events = pytest.importorskip("autogen_agentchat.messages")
+
+    class Recording(replay.ReplayChatCompletionClient):  # type: ignore[misc, name-defined]
+        seen: list[Any] = []
+
+        async def create(self, messages: Any, *args: Any, **kwargs: Any) -> Any:
+            Recording.seen.append(list(messages))
+            return await super().create(messages, *args, **kwargs)
+
+    await memory.write(agent_id, "I live in Recife.", speaker="Ana")
+    await memory.wait_for_projections()
+    agent = agentchat.AssistantAgent(
+        "assistant", model_client=Recording(["You live in Recife."]),
+        memory=[EngramdbMemory(memory, agent_id, speaker="Ana")])
+    result = await agent.run(task="Where does Ana live?")
+    assert result.messages[-1].content == "You live in Recife."
+    used = [m for m in result.messages if isinstance(m, events.MemoryQueryEvent)]
+    assert used and used[0].content[0].content.startswith("Ana lives in Recife")
+    sent = Recording.seen[0]
+    assert any(isinstance(m, SystemMessage) and "Ana lives in Recife" in m.content for m in sent)
