@@ -79,7 +79,7 @@ def test_no_callback_blocks_the_loop_in_asyncio_debug_mode(fresh_schema: Any, ag
             await memory.wait_for_projections(max(w.position for w in written))
             results = await asyncio.gather(*(
                 memory.retrieve(agent_id, q) for q in ["Where does Ana live?", "Carla", "music"] * 4))
-            assert "Ana lives in Recife" in results[0].context
+            assert "Recife" in results[0].context  # as a fact or a turn: the writes raced
             facts = await memory.list_facts(agent_id, session="s0")
             assert facts.items and all(f.source_message_ids for f in facts.items)
             assert (await memory.history(agent_id, facts.items[0].fact_id))[0].decision == "ADD"
