@@ -7,6 +7,7 @@ calls (an ``infer=False`` turn must never reach it).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -16,8 +17,10 @@ import pytest
 from engramdb.infra.providers.scripted import HashEmbedder
 from engramdb.services.extraction import RuleBasedExtractor
 from engramdb.services.management.audit import facts_as_of
+from engramdb.services.memory.async_facade import AsyncMemory
 from engramdb.services.memory.facade import Memory
 from engramdb.services.write.client_facts import InvalidClientFacts
+from tests.support.async_bridge import SyncBridge
 
 
 class CountingExtractor(RuleBasedExtractor):
@@ -30,12 +33,22 @@ class CountingExtractor(RuleBasedExtractor):
         return super().extract(request)
 
 
-@pytest.fixture
-def memory(fresh_schema: Any) -> Iterator[Memory]:
+@pytest.fixture(params=["sync", "async"])
+def memory(fresh_schema: Any, request: Any) -> Iterator[Any]:
+    """The sync facade, and ``AsyncMemory`` driven through the test bridge (issue 24's rule:
+    the async API passes the sync one's behavioural tests)."""
     _schema, env = fresh_schema("cfacts")
     with Memory.open(env=env, embedder=HashEmbedder(384), llm=None, extractor=CountingExtractor(),
                      quiet=True) as mem:
-        yield mem
+        if request.param == "sync":
+            yield mem
+            return
+        assert inspect.iscoroutinefunction(AsyncMemory.add_facts)  # bridged, not the sync one
+        bridge = SyncBridge(mem)
+        try:
+            yield bridge
+        finally:
+            bridge.close()
 
 
 def _head(memory: Memory) -> int:
