@@ -245,6 +245,10 @@ def mcp(
     transport: Annotated[str, typer.Option(help="stdio (for a local client) | http")] = "stdio",
     host: Annotated[str | None, typer.Option(help="http: bind address (default ENGRAMDB_HTTP_HOST)")] = None,
     port: Annotated[int, typer.Option(help="http: port")] = 8788,
+    agent: Annotated[
+        str | None,
+        typer.Option(help="pin the server to this agent (its tools then take no agent_id) or to a 'prefix*'"),
+    ] = None,
 ) -> None:
     """Serve memory as MCP tools (write, retrieve, list_facts, get_fact, delete_fact, history):
     on stdio for a local client, or streamable HTTP at http://HOST:PORT/mcp (API keys as
@@ -257,7 +261,7 @@ def mcp(
         raise typer.Exit(2)
     settings = load_settings()
     with cli_user_errors():
-        run_mcp(settings, transport, host or settings.http_host, port)
+        run_mcp(settings, transport, host or settings.http_host, port, agent)
 
 
 @app.command()
