@@ -46,7 +46,8 @@ def test_publish_retrieve_history_facts_rebuild(cli_env, agent_id):
     assert "works at Globex." in out.output and fact_id in out.output
 
     hist = runner.invoke(app, ["history", "--agent", agent_id, "--fact", fact_id])
-    assert hist.exit_code == 0 and '"decision":"ADD"' in hist.output
+    assert hist.exit_code == 0 and " ADD " in hist.output and fact_id in hist.output
+    assert '"decision"' not in hist.output  # text by default; --json for scripts (issue 27)
 
     facts = runner.invoke(app, ["facts", "--agent", agent_id])
     assert facts.exit_code == 0 and fact_id in facts.output

@@ -20,6 +20,7 @@ from typing import Annotated
 import typer
 
 from engramdb.domain.time_range import check_instant
+from engramdb.services.entrypoints.cli import polish
 from engramdb.services.entrypoints.cli.jobs import jobs_app
 from engramdb.services.entrypoints.cli.manage import register as register_manage_commands
 from engramdb.services.entrypoints.cli.security import keys_app, nats_user_app
@@ -56,6 +57,7 @@ def _main(
     ] = False,
 ) -> None:
     """engramdb — event-sourced long-term memory for LLM agents."""
+    polish.warn_unknown_settings()
 
 
 def _parse_time(value: str | None) -> datetime | None:
@@ -98,21 +100,29 @@ def demo() -> None:
 @app.command()
 def serve(
     role: Annotated[str, typer.Option(help="all | ingest | projector | retrieve | jobs")] = "all",
+    host: Annotated[str | None, typer.Option(help="HTTP bind address (default ENGRAMDB_HTTP_HOST)")] = None,
+    port: Annotated[int | None, typer.Option(help="HTTP port (default ENGRAMDB_HTTP_PORT)")] = None,
 ) -> None:
     """Run the services: NATS ingest, projectors, NATS request/reply retrieve and the HTTP API."""
+    from engramdb.infra.settings import load_settings
     from engramdb.services.entrypoints.serve.server import run_server
 
+    polish.plain_logs()
     with cli_user_errors(mistakes=()):
-        run_server(role=role)
+        settings = load_settings()
+        http = {k: v for k, v in (("http_host", host), ("http_port", port)) if v is not None}
+        run_server(role=role, settings=settings.model_copy(update=http) if http else settings)
 
 
 @app.command()
 def publish(
     text: Annotated[str, typer.Argument(help="the message text")],
     agent: Annotated[str, typer.Option("--agent", help="agent id")],
-    message_id: Annotated[str | None, typer.Option("--message-id")] = None,
-    speaker: Annotated[str | None, typer.Option("--speaker")] = None,
-    session: Annotated[str | None, typer.Option("--session")] = None,
+    message_id: Annotated[
+        str | None, typer.Option("--message-id", help="your id for the message; publishing it again is a no-op")
+    ] = None,
+    speaker: Annotated[str | None, typer.Option("--speaker", help="who said it, e.g. Ana")] = None,
+    session: Annotated[str | None, typer.Option("--session", help="conversation id")] = None,
 ) -> None:
     """Publish one conversation message onto NATS (JetStream); prints its message id."""
     from nats.errors import NoServersError
@@ -155,6 +165,9 @@ def retrieve(
         with _open_memory() as memory:
             memory.wait_for_projections(agent_id=agent)  # like list-facts: see every write so far
             result = memory.retrieve(agent, query, as_of=moment)
+            if not result.facts and not result.events and not memory.list_messages(agent, limit=1).items:
+                raise LookupError(f"agent {agent!r} has no memory (nothing was ever written for it; "
+                                  "`engramdb list-agents` names those that have)")
     if as_json:
         typer.echo(result.model_dump_json(exclude=None if show_trace else {"trace"}))
         return
@@ -185,12 +198,12 @@ def rebuild(
 
 @app.command()
 def history(
-    agent: Annotated[str, typer.Option("--agent")],
+    agent: Annotated[str, typer.Option("--agent", help="agent id")],
     fact: Annotated[str | None, typer.Option("--fact", help="a fact id")] = None,
     as_json: Json = False,
 ) -> None:
-    """The timeline of a fact (or of every decision of an agent), read from the log: one JSON
-    object a line (``--json``: one JSON array)."""
+    """The timeline of a fact (or of every decision of an agent), read from the log: one
+    decision a line (``--json``: one JSON array)."""
     with cli_user_errors():
         _check_agent(agent)
         with _open_memory(start_projectors=False) as memory:
@@ -199,17 +212,17 @@ def history(
         typer.echo("[" + ",".join(e.model_dump_json() for e in entries) + "]")
         return
     for entry in entries:
-        typer.echo(entry.model_dump_json())
+        typer.echo(polish.history_line(entry))
 
 
 @app.command()
 def facts(
-    agent: Annotated[str, typer.Option("--agent")],
+    agent: Annotated[str, typer.Option("--agent", help="agent id")],
     as_of: Annotated[str | None, typer.Option("--as-of", help="ISO time (default: now)")] = None,
     as_json: Json = False,
 ) -> None:
-    """What memory held at a moment, replayed from the log: one JSON object a line
-    (``--json``: one JSON array)."""
+    """What memory held at a moment, replayed from the log: one fact a line (``--json``: one
+    JSON array)."""
     with cli_user_errors():
         _check_agent(agent)
         moment = _parse_time(as_of) or datetime.now(UTC)
@@ -219,7 +232,7 @@ def facts(
         typer.echo("[" + ",".join(r.model_dump_json() for r in rows) + "]")
         return
     for row in rows:
-        typer.echo(row.model_dump_json())
+        typer.echo(f"{row.fact_id}  {row.status:<10} {row.text}")
 
 
 @app.command()
@@ -352,7 +365,7 @@ register_manage_commands(app)  # write, list-facts, get-fact, delete-fact, forge
 
 
 def main() -> None:
-    app(prog_name="engramdb")
+    polish.build(app)(prog_name="engramdb")
 
 
 if __name__ == "__main__":
