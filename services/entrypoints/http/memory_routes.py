@@ -73,8 +73,8 @@ async def retrieve(
 
 @router.post(
     "/v1/messages",
-    response_model=WriteResult,
     responses={
+        200: {"model": WriteResult, "description": "the decisions (typed for the docs; not re-validated)"},
         409: {"model": ErrorBody, "description": "the message id was already used with another text"},
         413: {"model": ErrorBody},
         422: {"model": ErrorBody},
@@ -112,8 +112,11 @@ async def write_message(
 
 @router.get(
     "/v1/agents/{agent_id}/facts/{fact_id}/history",
-    response_model=list[HistoryEntry],
-    responses={404: {"description": "no decision ever touched this fact"}, **AUTH_ERRORS},
+    responses={
+        200: {"model": list[HistoryEntry], "description": "oldest first"},
+        404: {"description": "no decision ever touched this fact"},
+        **AUTH_ERRORS,
+    },
     summary="Every decision that touched a fact, with the message that caused it",
 )
 async def history(
@@ -131,8 +134,8 @@ async def history(
 
 @router.get(
     "/v1/agents/{agent_id}/history",
-    response_model=list[HistoryEntry],
-    responses={422: {"model": ErrorBody}, **AUTH_ERRORS},
+    responses={200: {"model": list[HistoryEntry], "description": "oldest first"},
+               422: {"model": ErrorBody}, **AUTH_ERRORS},
     summary="Every decision of an agent, oldest first (as `engramdb history --agent`)",
 )
 async def agent_history(
