@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 from typer.testing import CliRunner
 
@@ -29,6 +32,12 @@ def test_demo_runs_end_to_end_over_nats(cli_env):
     assert '"embed_calls":0' in out  # the rebuild re-embedded nothing
     assert "Known facts:\n- " in out
     assert "plan=skip/greeting" in out
+    # issue 27: the extractor named once, and the demo's agent erased from the user's store
+    assert out.count("decided by rule-based") == 1 and ", by rule-based" not in out
+    agent = re.search(r"erased agent (demo-ana-\d+)", out)
+    assert agent, out[-500:]
+    listed = CliRunner().invoke(app, ["list-facts", "--agent", agent.group(1), "--json"])
+    assert listed.exit_code == 0 and json.loads(listed.output)["items"] == []
 
 
 def test_publish_retrieve_history_facts_rebuild(cli_env, agent_id):

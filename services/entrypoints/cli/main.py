@@ -89,12 +89,14 @@ def _check_agent(agent: str) -> None:
 
 
 @app.command()
-def demo() -> None:
+def demo(
+    keep: Annotated[bool, typer.Option("--keep", help="keep the demo's agent (default: erased at the end)")] = False,
+) -> None:
     """Record a small conversation, show events, read models, a rebuild, history and retrieval."""
     from engramdb.services.entrypoints.cli.demo import run_demo
 
     with cli_user_errors(mistakes=()):
-        run_demo()
+        run_demo(keep=keep)
 
 
 @app.command()
