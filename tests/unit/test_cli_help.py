@@ -88,3 +88,17 @@ def test_no_colour_codes_off_a_terminal() -> None:
     formatter = ColourizedFormatter(fmt="%(levelname)s %(message)s", use_colors=True)
     record = logging.LogRecord("faststream", logging.WARNING, __file__, 1, "hi", None, None)
     assert formatter.format(record) == "WARNING hi"
+
+
+def test_bench_locomo_says_where_it_runs_and_where_the_data_is(tmp_path: Path) -> None:
+    """It looked for ``bench/locomo.py``, gone with the house layout: even inside the checkout
+    it answered "runs from a source checkout". Missing data now says where to get it."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cli = [sys.executable, "-m", "engramdb.services.entrypoints.cli.main", "bench", "locomo"]
+    inside = subprocess.run([*cli, "--data", str(tmp_path / "none.json")], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert inside.returncode == 2, inside.stderr
+    assert inside.stderr.startswith("error: LoCoMo data not found") and "snap-research/locomo" in inside.stderr
+    outside = subprocess.run(cli, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert outside.returncode == 2
+    assert outside.stderr.startswith("error: engramdb bench locomo runs from a source checkout")

@@ -347,7 +347,7 @@ def bench_locomo(ctx: typer.Context) -> None:
     checkout = _find_checkout(Path.cwd())
     if checkout is None:
         typer.echo(
-            "engramdb bench locomo runs from a source checkout: clone the repository, "
+            "error: engramdb bench locomo runs from a source checkout: clone the repository, "
             "`pip install -e '.[dev]'` and run it from the checkout's root.",
             err=True,
         )
@@ -358,7 +358,7 @@ def bench_locomo(ctx: typer.Context) -> None:
 
 def _find_checkout(start: Path) -> Path | None:
     for folder in (start, *start.parents):
-        if (folder / "bench" / "locomo.py").is_file():
+        if (folder / "bench" / "locomo" / "run.py").is_file():  # bench/<benchmark>/ (ADR-0043)
             return folder
     return None
 
