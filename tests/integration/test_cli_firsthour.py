@@ -49,3 +49,20 @@ def test_first_hour_cli(monkeypatch, pg_url, nats_url, fresh_schema, tmp_path, a
     keys = runner.invoke(app, ["keys", "list"])
     assert keys.exit_code == 0
     assert keys.output.startswith(f"no API keys (looked in {tmp_path / 'api-keys.json'})")
+
+
+def test_missing_pg_trgm_is_noted_once_at_debug(pg_url, caplog) -> None:
+    """The embedded build has no pg_trgm: expected, so no INFO line on every serve."""
+    import logging
+
+    from engramdb.infra import database
+
+    database._NOTED_MISSING.clear()
+    with caplog.at_level(logging.DEBUG, logger=database.log.name):
+        first = database.ensure_extensions(pg_url)
+        database.ensure_extensions(pg_url)
+    notes = [r for r in caplog.records if "pg_trgm" in r.getMessage()]
+    if "pg_trgm" in first:
+        assert notes == []  # a server with contrib: nothing to say
+    else:
+        assert [r.levelno for r in notes] == [logging.DEBUG]
