@@ -32,7 +32,9 @@ def test_demo_runs_end_to_end_over_nats(cli_env):
     assert '"embed_calls":0' in out  # the rebuild re-embedded nothing
     assert "Known facts:\n- " in out
     assert "plan=skip/greeting" in out
-    # issue 27: the extractor named once, and the demo's agent erased from the user's store
+    # issue 27: no rejection on the happy path ("I live in Porto Alegre" after the move updates
+    # the current fact), the extractor named once, and the demo's agent erased afterwards
+    assert "DecisionRejected" not in out and "REJECTED" not in out
     assert out.count("decided by rule-based") == 1 and ", by rule-based" not in out
     agent = re.search(r"erased agent (demo-ana-\d+)", out)
     assert agent, out[-500:]
