@@ -78,15 +78,18 @@ def http_app(server: Any, host: str, ring: KeyRing, extra_hosts: str = "") -> AS
     return gated
 
 
-def run_mcp(settings: Settings, transport: str, host: str, port: int) -> None:
+def run_mcp(settings: Settings, transport: str, host: str, port: int, agent: str | None = None) -> None:
     """Serve until stopped. stdio: ``Memory`` opens inside the session (fd 1 is diverted
-    then); http: it opens first, so a bad database or key file fails before the port opens."""
+    then); http: it opens first, so a bad database or key file fails before the port opens.
+    ``agent``: pin the server to one agent id or a ``prefix*`` (``strict.Pin``)."""
     from engramdb.services.entrypoints.mcp.server import build_server
+    from engramdb.services.entrypoints.mcp.strict import Pin
     from engramdb.services.memory.facade import Memory
 
+    pin = Pin.parse(agent)  # a ValueError (one line) before anything opens
     if transport == "stdio":
         try:
-            build_server(open_memory=Memory.open).run("stdio")
+            build_server(open_memory=Memory.open, pin=pin).run("stdio")
         except BaseExceptionGroup as group:  # the lifespan failed inside the SDK's task group
             raise _first_leaf(group) from None
         return
@@ -96,7 +99,7 @@ def run_mcp(settings: Settings, transport: str, host: str, port: int) -> None:
     import uvicorn
 
     with Memory.open(settings) as memory:
-        server = build_server(memory=memory, keyring=ring)
+        server = build_server(memory=memory, keyring=ring, pin=pin)
         app = http_app(server, host, ring, settings.http_allowed_hosts)
         config = uvicorn.Config(app, host=host, port=port, log_level="warning")
         anyio.run(uvicorn.Server(config).serve)
