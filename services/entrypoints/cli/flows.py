@@ -166,7 +166,7 @@ def webhook_add(
     url: Annotated[str, typer.Argument(help="http(s) URL that receives the changes")],
     agent: Annotated[str | None, typer.Option("--agent", help="one agent's changes")] = None,
     prefix: Annotated[str | None, typer.Option("--agent-prefix", help="agents whose id starts so")] = None,
-    attempts: Annotated[int, typer.Option("--max-attempts")] = 8,
+    attempts: Annotated[int, typer.Option("--max-attempts", help="deliveries tried before a dead letter")] = 8,
 ) -> None:
     """Register a webhook; prints its id and signing secret (shown only now)."""
     with cli_user_errors():
@@ -178,7 +178,9 @@ def webhook_add(
 
 
 @webhooks_app.command("list")
-def webhook_list(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+def webhook_list(
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
+) -> None:
     """The registered webhooks (no secrets)."""
     with cli_user_errors():
         from engramdb.services.memory.facade import Memory
@@ -194,7 +196,7 @@ def webhook_list(as_json: Annotated[bool, typer.Option("--json")] = False) -> No
 
 
 @webhooks_app.command("delete")
-def webhook_delete(webhook_id: Annotated[str, typer.Argument()]) -> None:
+def webhook_delete(webhook_id: Annotated[str, typer.Argument(help="the id `webhooks add` printed")]) -> None:
     """Stop delivering to a webhook."""
     with cli_user_errors():
         from engramdb.services.memory.facade import Memory
