@@ -6,6 +6,7 @@ facade stays a wiring module: list/get facts, list entities/agents/messages (rea
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from engramdb.domain.agent_id import check_agent_id
@@ -76,9 +77,14 @@ class ManageMixin:
             self.cell(agent_id).pool, agent_id, PageParams(limit=limit, cursor=cursor)
         )
 
-    def list_agents(self, *, limit: int = 50, cursor: str | None = None) -> Page[AgentItem]:
+    def list_agents(
+        self, *, limit: int = 50, cursor: str | None = None, agents: Sequence[str] | None = None
+    ) -> Page[AgentItem]:
+        """``agents``: only ids matching these patterns (``team-a:*``, exact ids; ``None``: all)."""
         page = PageParams(limit=limit, cursor=cursor)
-        return merge_agent_pages([queries.list_agents(c.pool, page) for c in self.cells], limit)
+        return merge_agent_pages(
+            [queries.list_agents(c.pool, page, agents) for c in self.cells], limit
+        )
 
     def list_messages(
         self,

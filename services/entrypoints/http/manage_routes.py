@@ -133,9 +133,14 @@ async def _call(request: Request, fn: Callable[[Any], Any]) -> Any:
 
 @router.get("", response_model=Page[AgentItem], responses=_ERRORS, summary="List agents")
 async def list_agents(
-    request: Request, page: Annotated[PageParams, Query()], _grant: AdminGrant
+    request: Request, page: Annotated[PageParams, Query()], grant: AdminGrant
 ) -> Any:
-    return await _call(request, lambda m: m.list_agents(limit=page.limit, cursor=page.cursor))
+    """Only the agents the key covers (issue 28): a tenant's admin key sees its tenant."""
+    agents = None if grant is OPEN else list(grant.agents)
+    return await _call(
+        request,
+        lambda m: m.list_agents(limit=page.limit, cursor=page.cursor, agents=agents),
+    )
 
 
 @router.get(
