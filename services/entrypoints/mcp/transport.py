@@ -17,7 +17,8 @@ from typing import Any
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from engramdb.infra.api_keys import KeyRing, load_keyring
+from engramdb.infra.api_keys import KeyRing
+from engramdb.infra.key_reload import watch_keyring
 from engramdb.infra.settings import Settings
 from engramdb.services.entrypoints.http.auth import allowed_hosts, check_bind, is_loopback
 
@@ -90,7 +91,7 @@ def run_mcp(settings: Settings, transport: str, host: str, port: int) -> None:
         except BaseExceptionGroup as group:  # the lifespan failed inside the SDK's task group
             raise _first_leaf(group) from None
         return
-    ring = load_keyring(settings.api_keys, settings.data_dir)  # ApiKeyConfigError: a ValueError
+    ring = watch_keyring(settings.api_keys, settings.data_dir)  # follows the file (issue 28)
     check_bind(host, ring)
     import anyio
     import uvicorn

@@ -17,8 +17,9 @@ from typing import Any
 
 import uvicorn
 
-from engramdb.infra.api_keys import ApiKeyConfigError, KeyRing, load_keyring
+from engramdb.infra.api_keys import ApiKeyConfigError, KeyRing
 from engramdb.infra.database import resolve_nats
+from engramdb.infra.key_reload import watch_keyring
 from engramdb.infra.nats_auth import redact_url
 from engramdb.infra.settings import Settings, load_settings
 from engramdb.services.entrypoints.http.api import create_app
@@ -129,9 +130,10 @@ def ingest_scaling(memory: Memory, settings: Settings) -> dict[str, Any]:
 
 
 def _keyring(settings: Settings) -> KeyRing:
-    """The HTTP key ring; exits with the reason if it is unusable or the bind is unsafe."""
+    """The HTTP key ring, following its key file (issue 28); exits with the reason if it is
+    unusable or the bind is unsafe."""
     try:
-        ring = load_keyring(settings.api_keys, settings.data_dir)
+        ring = watch_keyring(settings.api_keys, settings.data_dir)
     except ApiKeyConfigError as exc:
         raise SystemExit(str(exc)) from None
     check_bind(settings.http_host, ring)
