@@ -27,6 +27,7 @@ from engramdb.services.entrypoints.http.auth import allowed_hosts, check_bind, s
 from engramdb.services.entrypoints.nats.ingest import IngestThread, build_ingest_app
 from engramdb.services.entrypoints.nats.manage import register_manage
 from engramdb.services.entrypoints.nats.retrieve import create_retrieve_broker, retrieve_subject
+from engramdb.services.entrypoints.serve.broker_stop import stop_broker
 from engramdb.services.entrypoints.serve.shutdown import ShutdownRequest, SignalFreeServer
 from engramdb.services.entrypoints.serve.startup_heap import settle
 from engramdb.services.jobs.schedule import start_jobs
@@ -117,7 +118,7 @@ async def _serve_retrieve(
     try:
         await server.serve()
     finally:
-        await broker.stop()
+        await stop_broker(broker, "retrieve")  # exit 0 with NATS down too (issue 28)
 
 
 def ingest_scaling(memory: Memory, settings: Settings) -> dict[str, Any]:
