@@ -182,6 +182,11 @@ class EraseResult(BaseModel):
     )
     read_model_rows_deleted: int
     position: int = Field(description="notification id to wait for (read-your-writes)")
+    tables_rewritten: list[str] = Field(
+        default_factory=list,
+        description="tables rewritten so no dead copy of the agent's rows stays in their "
+        "files (issue 28, ADR-0051)",
+    )
 
 
 class ActorBody(_Strict):

@@ -13,6 +13,7 @@ from engramdb.domain.agent_id import check_agent_id
 from engramdb.services.management import queries
 from engramdb.services.management.commands import delete_fact, forget_agent
 from engramdb.services.management.erase import erase_agent
+from engramdb.services.management.erase_disk import erase_to_disk
 from engramdb.services.management.models import (
     AgentItem,
     DeleteResult,
@@ -119,7 +120,18 @@ class ManageMixin:
         and vectors; its events stay in the log, unreadable. Irreversible; writes for the
         agent are refused afterwards."""
         check_agent_id(agent_id)
-        return erase_agent(self.cell(agent_id).pipeline, agent_id, check_actor(actor, via), via)
+        cell, who = self.cell(agent_id), check_actor(actor, via)
+        return erase_to_disk(  # then rewrite what held its rows (issue 28, ADR-0051)
+            cell.pipeline, cell.database.url, cell.schema, agent_id,
+            erase=lambda: erase_agent(cell.pipeline, agent_id, who, via),
+            wait=lambda position: self._wait_erased(position, agent_id),
+        )
+
+    def _wait_erased(self, position: int, agent_id: str) -> None:
+        try:
+            self.wait_for_projections(position, timeout=60.0, agent_id=agent_id)  # type: ignore[attr-defined]
+        except TimeoutError:  # a projector is down: rewrite now; its marker drops rows later
+            pass
 
     def reprocess(self, agent_id: str, message_id: str | None = None) -> ReprocessResult:
         """Re-extract processed messages (one, or all the agent's in recorded order) with the
