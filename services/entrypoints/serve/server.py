@@ -30,6 +30,7 @@ from engramdb.services.entrypoints.nats.retrieve import create_retrieve_broker, 
 from engramdb.services.entrypoints.serve.broker_stop import stop_broker
 from engramdb.services.entrypoints.serve.shutdown import ShutdownRequest, SignalFreeServer
 from engramdb.services.entrypoints.serve.startup_heap import settle
+from engramdb.services.entrypoints.serve.watchdog import EmbeddedWatchdog, embedded_servers
 from engramdb.services.jobs.schedule import start_jobs
 from engramdb.services.management.retrier import ExtractionRetrier
 from engramdb.services.memory.facade import Memory
@@ -59,6 +60,9 @@ def _run(role: str, settings: Settings, shutdown: ShutdownRequest) -> None:
         if role in ("all", "retrieve") and nats_url is not None:  # ADR-0019
             memory.enable_feedback(nats_url, settings.subject_prefix,
                                    settings.feedback_retention_days)
+        watchdog = EmbeddedWatchdog(  # restarts a dead embedded server (issue 28)
+            settings.data_dir, embedded_servers(settings, role), memory.metrics.registry
+        ).start()
         jobs = start_jobs(memory, settings, nats_url) if role in ("all", "jobs") else None
         ingest = None
         retriers: list[ExtractionRetrier] = []
@@ -88,6 +92,7 @@ def _run(role: str, settings: Settings, shutdown: ShutdownRequest) -> None:
             else:
                 shutdown.wait()
         finally:
+            watchdog.stop()
             for retrier in retriers:
                 retrier.stop()
             if jobs is not None:
