@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
@@ -22,7 +23,7 @@ import pytest
 from engramdb.infra.embedded_base import process_alive
 from engramdb.infra.embedded_nats import nats_running
 from engramdb.infra.embedded_postgres import postgres_running
-from tests.support.fault_harness import Serve, wait_for
+from tests.support.fault_harness import REPO, Serve, wait_for
 
 
 @pytest.fixture
@@ -67,6 +68,26 @@ def test_serve_restarts_its_killed_embedded_servers(data_dir: Path) -> None:
         status, body = serve.post("/v1/retrieve", {"agent_id": "restart-a",
                                                     "query": "where do I live?"})
         assert status == 200, body
+        # status tells who runs what: serve (paused here, so it cannot restart yet) uses it
+        os.kill(serve.proc.pid, signal.SIGSTOP)
+        try:
+            pid = postgres_running(data_dir)
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+            wait_for(lambda: not process_alive(pid), 10, "postgres down")
+            env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAMDB_")}
+            out = subprocess.run(
+                [sys.executable, "-m", "engramdb.services.entrypoints.cli.main", "status"],
+                env={**env, "ENGRAMDB_DATA_DIR": str(data_dir)}, capture_output=True, text=True,
+                timeout=60, cwd=REPO,
+            )
+        finally:
+            os.kill(serve.proc.pid, signal.SIGCONT)
+        told = out.stdout + out.stderr
+        assert f"`engramdb serve` (pid {serve.proc.pid}) uses it" in told, told
+        assert "start it with" not in told, told
+        wait_for(lambda: serve.get("/readyz")[0] == 200, 60, "ready after the paused kill")
+        assert _restarts(serve, "postgres") == 2
         pids = [postgres_running(data_dir), nats_running(data_dir)]
         code, _ = serve.terminate(timeout=60)
     finally:
