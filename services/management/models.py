@@ -187,6 +187,13 @@ class EraseResult(BaseModel):
         description="tables rewritten so no dead copy of the agent's rows stays in their "
         "files (issue 28, ADR-0051)",
     )
+    stream_messages_deleted: int | None = Field(
+        default=None, description="the agent's turns deleted from the NATS message stream "
+        "(None: this process uses no NATS)",
+    )
+    dead_letters_deleted: int | None = Field(
+        default=None, description="the agent's dead letters deleted (None: no NATS here)"
+    )
 
 
 class ActorBody(_Strict):

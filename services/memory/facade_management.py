@@ -6,6 +6,7 @@ facade stays a wiring module: list/get facts, list entities/agents/messages (rea
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -14,6 +15,7 @@ from engramdb.services.management import queries
 from engramdb.services.management.commands import delete_fact, forget_agent
 from engramdb.services.management.erase import erase_agent
 from engramdb.services.management.erase_disk import erase_to_disk
+from engramdb.services.management.erase_streams import erase_agent_streams
 from engramdb.services.management.models import (
     AgentItem,
     DeleteResult,
@@ -33,6 +35,7 @@ from engramdb.services.management.models import (
 from engramdb.services.management.reprocess import ReprocessResult, reprocess
 from engramdb.services.memory.cell import Cell
 from engramdb.services.memory.router import merge_agent_pages
+from engramdb.services.write.messages import DEFAULT_PREFIX
 
 
 class ManageMixin:
@@ -121,17 +124,25 @@ class ManageMixin:
         agent are refused afterwards."""
         check_agent_id(agent_id)
         cell, who = self.cell(agent_id), check_actor(actor, via)
-        return erase_to_disk(  # then rewrite what held its rows (issue 28, ADR-0051)
+        result = erase_to_disk(  # then rewrite what held its rows (issue 28, ADR-0051)
             cell.pipeline, cell.database.url, cell.schema, agent_id,
             erase=lambda: erase_agent(cell.pipeline, agent_id, who, via),
             wait=lambda position: self._wait_erased(position, agent_id),
         )
+        nats_url: str | None = getattr(self, "nats_url", None)
+        if nats_url is not None:  # and its turns and dead letters in NATS
+            prefix = getattr(self, "subject_prefix", DEFAULT_PREFIX)
+            gone = erase_agent_streams(nats_url, prefix, agent_id)
+            result = result.model_copy(update={
+                "stream_messages_deleted": gone.messages_deleted,
+                "dead_letters_deleted": gone.dead_letters_deleted,
+            })
+        return result
 
     def _wait_erased(self, position: int, agent_id: str) -> None:
-        try:
+        # a projector that is down: rewrite now; its marker handling drops its rows later
+        with contextlib.suppress(TimeoutError):
             self.wait_for_projections(position, timeout=60.0, agent_id=agent_id)  # type: ignore[attr-defined]
-        except TimeoutError:  # a projector is down: rewrite now; its marker drops rows later
-            pass
 
     def reprocess(self, agent_id: str, message_id: str | None = None) -> ReprocessResult:
         """Re-extract processed messages (one, or all the agent's in recorded order) with the

@@ -10,12 +10,16 @@ what is grepped), real projectors, the hashing embedder and the rule-based extra
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
+import uuid
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import nats
 import psycopg
 import pytest
 
@@ -25,7 +29,18 @@ from engramdb.infra.embedded_postgres import PostgresHandle, ensure_postgres
 from engramdb.infra.providers.scripted import HashEmbedder
 from engramdb.services.jobs.base import JobContext
 from engramdb.services.jobs.runner import run_pass
+from engramdb.services.entrypoints.nats.ingest.partitions import messages_stream_config
+from engramdb.services.entrypoints.nats.publisher import MessagePublisher
 from engramdb.services.memory.facade import Memory
+from engramdb.services.write.messages import (
+    ConversationMessage,
+    DeadLetter,
+    agent_token,
+    deadletter_stream_name,
+    deadletter_subject,
+    message_subject,
+    messages_stream_name,
+)
 
 A_WORDS = ["Zorblattique", "Quenwickshire", "Pellucidorama"]
 B_WORD = "Glimmerfruitly"
@@ -101,3 +116,56 @@ def test_erase_leaves_no_byte_of_the_agent_in_any_table_file(own_pg: PostgresHan
         assert again.already_erased
     print(f"erase to disk: {seconds:.2f} s, rewrote {len(result.tables_rewritten)} tables "
           f"({', '.join(result.tables_rewritten)})")
+
+
+async def _stream_state(nats_url: str, prefix: str, a: str, b: str) -> dict[str, int]:
+    nc = await nats.connect(nats_url)
+    try:
+        js = nc.jetstream()
+        out = {}
+        for who, agent in (("a", a), ("b", b)):
+            info = await js.stream_info(messages_stream_name(prefix),
+                                        subjects_filter=f"{prefix}.messages.*.{agent_token(agent)}")
+            out[who] = sum((info.state.subjects or {}).values())
+        out["dead"] = (await js.stream_info(deadletter_stream_name(prefix))).state.messages
+        return out
+    finally:
+        await nc.close()
+
+
+async def _prepare_streams(nats_url: str, prefix: str, a: str, b: str) -> None:
+    nc = await nats.connect(nats_url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(messages_stream_config(prefix, 4, 1))
+        await js.add_stream(name=deadletter_stream_name(prefix),
+                            subjects=[deadletter_subject(prefix)])
+        for who, text in ((a, f"I live in {A_WORDS[0]}."), (b, f"I live in {B_WORD}.")):
+            letter = DeadLetter(reason="test", stage="processing", agent_id=who,
+                                subject=message_subject(who, prefix), payload=text)
+            await js.publish(deadletter_subject(prefix), letter.model_dump_json().encode())
+    finally:
+        await nc.close()
+    async with MessagePublisher(nats_url, prefix) as pub:
+        for i, word in enumerate(A_WORDS):
+            await pub.publish(ConversationMessage(agent_id=a, message_id=f"a{i}",
+                                                  text=f"I live in {word}."))
+        await pub.publish(ConversationMessage(agent_id=b, message_id="b1",
+                                              text=f"I live in {B_WORD}."))
+
+
+def test_erase_deletes_the_agents_turns_and_dead_letters_from_nats(
+    nats_url: str, fresh_schema: Any
+) -> None:
+    prefix = f"erz{uuid.uuid4().hex[:8]}"
+    a, b = "nats-a", "nats-b"
+    asyncio.run(_prepare_streams(nats_url, prefix, a, b))
+    assert asyncio.run(_stream_state(nats_url, prefix, a, b)) == {"a": 3, "b": 1, "dead": 2}
+    _schema, env = fresh_schema("erzn")
+    with Memory.open(env=env, embedder=HashEmbedder(384), llm=None, quiet=True) as memory:
+        memory.write(a, f"I live in {A_WORDS[0]}.", message_id="a0")
+        memory.nats_url = nats_url
+        memory.subject_prefix = prefix  # type: ignore[attr-defined]
+        result = memory.erase_agent(a)
+    assert (result.stream_messages_deleted, result.dead_letters_deleted) == (3, 1)
+    assert asyncio.run(_stream_state(nats_url, prefix, a, b)) == {"a": 0, "b": 1, "dead": 1}

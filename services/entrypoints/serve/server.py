@@ -56,7 +56,8 @@ def _run(role: str, settings: Settings, shutdown: ShutdownRequest) -> None:
     extracts = role in ("all", "ingest")  # only then is the offline-extractor notice news
     with Memory.open(settings, start_projectors=projectors, quiet=not extracts) as memory:
         nats_url = resolve_nats(settings) if role != "projector" else None
-        memory.nats_url = nats_url  # so /readyz checks the broker too
+        memory.nats_url = nats_url  # so /readyz checks the broker too (and erase reaches it)
+        memory.subject_prefix = settings.subject_prefix  # type: ignore[attr-defined]
         if role in ("all", "retrieve") and nats_url is not None:  # ADR-0019
             memory.enable_feedback(nats_url, settings.subject_prefix,
                                    settings.feedback_retention_days)
