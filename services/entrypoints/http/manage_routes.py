@@ -23,7 +23,7 @@ from pydantic import BaseModel
 
 from engramdb.domain.agent_id import AGENT_ID_PATTERN, AGENT_ID_RULE
 from engramdb.infra.api_keys import Grant
-from engramdb.services.entrypoints.http.auth import OPEN, authorize, require
+from engramdb.services.entrypoints.http.auth import OPEN, authorize, check_key, require
 from engramdb.services.management.models import (
     ActorBody,
     AgentItem,
@@ -103,6 +103,7 @@ async def forbid_unknown_query(request: Request) -> None:
     allowed = _query_names(dependant)
     unknown = sorted(set(request.query_params) - allowed)
     if unknown:
+        check_key(request)  # the key comes first: a stranger learns no schema (issue 28)
         accepted = ", ".join(sorted(allowed)) or "none"
         raise RequestValidationError(
             [
