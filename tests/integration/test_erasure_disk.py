@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import uuid
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,10 +27,10 @@ from engramdb.infra.data_keys import TABLE as KEY_TABLE
 from engramdb.infra.database import es_env_from_url
 from engramdb.infra.embedded_postgres import PostgresHandle, ensure_postgres
 from engramdb.infra.providers.scripted import HashEmbedder
-from engramdb.services.jobs.base import JobContext
-from engramdb.services.jobs.runner import run_pass
 from engramdb.services.entrypoints.nats.ingest.partitions import messages_stream_config
 from engramdb.services.entrypoints.nats.publisher import MessagePublisher
+from engramdb.services.jobs.base import JobContext
+from engramdb.services.jobs.runner import run_pass
 from engramdb.services.memory.facade import Memory
 from engramdb.services.write.messages import (
     ConversationMessage,
