@@ -20,6 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from engramdb.infra.api_keys import KeyRing
+from engramdb.infra.embedded_nats import ensure_nats
 from engramdb.infra.providers.scripted import HashEmbedder
 from engramdb.services.entrypoints.cli.main import app as cli_app
 from engramdb.services.entrypoints.http.api import create_app
@@ -27,6 +28,8 @@ from engramdb.services.entrypoints.http.auth import secure
 from engramdb.services.jobs.base import JobContext
 from engramdb.services.jobs.runner import run_pass
 from engramdb.services.memory.facade import Memory
+from engramdb.services.write.messages import ConversationMessage
+from tests.support.fault_harness import Serve, publish, wait_for
 
 KEY = "edb_contract-key"
 RING = KeyRing.parse([{"key": KEY, "agents": ["*"], "scopes": ["admin"]}], "contract")
@@ -104,3 +107,28 @@ def test_cli_contracts(cli_env: Any) -> None:
     assert erased.exit_code == 0, erased.output
     jobs = runner.invoke(cli_app, ["jobs", "history", "--agent", agent])
     assert jobs.exit_code == 0 and jobs.exception is None, jobs.output
+
+
+def test_a_turn_for_an_erased_agent_is_dropped_without_a_traceback(
+    pg_url: str, fresh_schema: Any, tmp_path: Any
+) -> None:
+    schema, _env = fresh_schema("erasedturn")
+    tmp_path.chmod(0o755)
+    nc = ensure_nats(tmp_path / "nats", stop_on_exit=False)
+    serve = Serve.start(tmp_path / "serve.log", ENGRAMDB_DATA_DIR=str(tmp_path / "serve"),
+                        ENGRAMDB_DATABASE_URL=pg_url, ENGRAMDB_DB_SCHEMA=schema,
+                        ENGRAMDB_NATS_URL=nc.url)
+    try:
+        agent = "erased-turn"
+        assert serve.post("/v1/messages", {"agent_id": agent, "text": "I live in Recife."})[0] == 200
+        assert serve.post(f"/v1/agents/{agent}/erase", {"actor": "test"})[0] == 200
+        publish(nc.url, [ConversationMessage(agent_id=agent, message_id=f"late-{i}",
+                                             text="I moved to Lima.") for i in range(3)])
+        wait_for(lambda: serve.log_path.read_text().count("its agent was erased") >= 3, 60,
+                 "the late turns dropped")
+        code, _ = serve.terminate(timeout=60)
+    finally:
+        serve.kill()
+        nc.stop()
+    log = serve.log_path.read_text(errors="replace")
+    assert code == 0 and "Traceback" not in log, serve.log_tail(60)
