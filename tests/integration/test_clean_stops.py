@@ -1,4 +1,4 @@
-"""Issue 28 item 3: ``serve`` exits 0 on SIGTERM in every state of its servers (ADR-0015) —
+"""Issue 28 items 3 and 5: ``serve`` exits 0 on SIGTERM in every state of its servers (ADR-0015) —
 NATS down, PostgreSQL down, both down — with no traceback in its log.
 
 The probe's case: SIGTERM while NATS was down exited 1 with a ``ConnectionReconnectingError``
@@ -12,10 +12,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -23,7 +26,7 @@ import pytest
 from engramdb.infra.embedded_base import process_alive
 from engramdb.infra.embedded_nats import ensure_nats, nats_running
 from engramdb.infra.embedded_postgres import ensure_postgres, postgres_running
-from tests.support.fault_harness import Serve, wait_for
+from tests.support.fault_harness import REPO, Serve, wait_for
 
 
 @pytest.fixture
@@ -63,3 +66,43 @@ def test_sigterm_exits_0_whatever_is_down(workdir: Path, down: tuple[str, ...]) 
     assert "Traceback" not in log, serve.log_tail(80)
     assert seconds < 40, f"SIGTERM took {seconds:.1f} s"
     print(f"SIGTERM with {'+'.join(down)} down: exit {code} after {seconds:.1f} s")
+
+
+def test_serve_follows_the_key_file(workdir: Path, pg_url: str, fresh_schema: Any) -> None:
+    """Issue 28 item 5 on a real serve: started open (no key file), it requires keys from the
+    first ``engramdb keys create`` on, and a second key works without a restart."""
+    schema, _env = fresh_schema("keys")
+    nc = ensure_nats(workdir / "nats", stop_on_exit=False)
+    data = workdir / "serve"
+    serve = Serve.start(workdir / "serve.log", ENGRAMDB_DATA_DIR=str(data),
+                        ENGRAMDB_DATABASE_URL=pg_url, ENGRAMDB_DB_SCHEMA=schema,
+                        ENGRAMDB_NATS_URL=nc.url)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAMDB_")}
+    env["ENGRAMDB_DATA_DIR"] = str(data)
+
+    def create(agents: str, scope: str) -> str:
+        out = subprocess.run(
+            [sys.executable, "-m", "engramdb.services.entrypoints.cli.main", "keys", "create",
+             "--agents", agents, "--scope", scope],
+            env=env, capture_output=True, text=True, timeout=60, cwd=REPO, check=True,
+        )
+        return next(w for w in out.stdout.split() if w.startswith("edb_"))
+
+    def get(path: str, key: str | None) -> int:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        req = urllib.request.Request(serve.base + path, headers=headers)
+        return Serve._call(req)[0]
+
+    try:
+        assert get("/v1/agents", None) == 200  # open: no key file yet
+        admin = create("*", "admin")
+        assert get("/v1/agents", None) == 401  # closed from the next request
+        assert get("/v1/agents", admin) == 200
+        reader = create("team-a:*", "read")
+        assert get("/v1/agents/team-a:x/facts", reader) == 200  # no restart
+        assert get("/v1/agents/team-b:x/facts", reader) == 403
+        code, _ = serve.terminate(timeout=60)
+    finally:
+        serve.kill()
+        nc.stop()
+    assert code == 0, serve.log_tail()
