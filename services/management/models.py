@@ -95,6 +95,9 @@ class MessageFilter(PageParams):
 
 class FactItem(FactSnapshot):
     speaker: str | None = None
+    metadata: dict[str, Any] = Field(
+        default_factory=dict, description="inherited from the source turns (the fact's own first)"
+    )
 
 
 class SourceMessage(BaseModel):
@@ -104,6 +107,7 @@ class SourceMessage(BaseModel):
     session_id: str | None = None
     occurred_at: datetime | None = None
     hidden: bool = Field(default=False, description="hidden from retrieval (retracted or forgotten)")
+    metadata: dict[str, Any] = Field(default_factory=dict)
 
 
 class FactDetail(FactItem):
@@ -149,6 +153,7 @@ class MessageItem(BaseModel):
     extractor: str | None
     extraction_error: str | None
     hidden: bool = Field(description="hidden from retrieval (retracted or forgotten)")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="as written with the turn")
 
 
 T = TypeVar("T")
@@ -252,3 +257,14 @@ class ReprocessResult(BaseModel):
         default_factory=list, description="not processed yet (pending: use --failed)"
     )
     position: int = Field(default=0, description="notification id to wait for (read-your-writes)")
+
+
+class UpdateResult(BaseModel):
+    """What ``Memory.update_fact`` did (issue 24): ``fact_id`` was superseded by
+    ``new_fact_id`` saying ``text`` (a ``FactUpdated`` decided by the user)."""
+
+    agent_id: str
+    fact_id: str
+    new_fact_id: str
+    text: str
+    position: int = Field(description="notification id to wait for (read-your-writes)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from engramdb.domain.agent_id import check_agent_id
 from engramdb.services.management import queries
@@ -16,6 +17,7 @@ from engramdb.services.management.commands import delete_fact, forget_agent
 from engramdb.services.management.erase import erase_agent
 from engramdb.services.management.erase_disk import erase_to_disk
 from engramdb.services.management.erase_streams import erase_agent_streams
+from engramdb.services.management.metadata_filter import MetadataFilter
 from engramdb.services.management.models import (
     AgentItem,
     DeleteResult,
@@ -62,13 +64,15 @@ class ManageMixin:
         text: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> Page[FactItem]:
-        """A page of the agent's facts (active by default), oldest decision first."""
+        """A page of the agent's facts (active by default), oldest decision first.
+        ``metadata``: a filter on the source turns' metadata (``management/metadata_filter``)."""
         flt = FactFilter(
             status=status, entity=entity, session=session, speaker=speaker, valid_at=valid_at,
             as_of=as_of, text=text, limit=limit, cursor=cursor,
         )
-        return queries.list_facts(self.cell(agent_id).pool, agent_id, flt)
+        return queries.list_facts(self.cell(agent_id).pool, agent_id, flt, _metadata(metadata))
 
     def get_fact(self, agent_id: str, fact_id: str) -> FactDetail:
         """One fact (any status) with its source turns and a link to its history."""
@@ -98,9 +102,12 @@ class ManageMixin:
         speaker: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> Page[MessageItem]:
         flt = MessageFilter(session=session, speaker=speaker, limit=limit, cursor=cursor)
-        return queries.list_messages(self.cell(agent_id).pool, agent_id, flt)
+        return queries.list_messages(
+            self.cell(agent_id).pool, agent_id, flt, _metadata(metadata)
+        )
 
     def delete_fact(
         self, agent_id: str, fact_id: str, *, actor: str | None = None, via: str = "python"
@@ -151,3 +158,7 @@ class ManageMixin:
         check_agent_id(agent_id)
         cell = self.cell(agent_id)
         return reprocess(cell.pipeline, cell.pool, agent_id, message_id)
+
+
+def _metadata(tree: dict[str, Any] | None) -> MetadataFilter | None:
+    return None if tree is None else MetadataFilter(tree)

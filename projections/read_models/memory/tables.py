@@ -70,6 +70,9 @@ FACTS = Table(
         "CREATE INDEX IF NOT EXISTS mem_facts_active ON mem_facts (agent_id, entity_key) "
         "WHERE valid_to IS NULL",
         "CREATE INDEX IF NOT EXISTS mem_facts_time ON mem_facts (agent_id, valid_from)",
+        # list_facts' keyset order (API, CLI, inspector) and the as-of pages (ADR-0044)
+        "CREATE INDEX IF NOT EXISTS mem_facts_recorded ON mem_facts "
+        "(agent_id, recorded_at, fact_id)",
         # keyword search: the embedded PostgreSQL has no contrib (no pg_trgm), so a language-
         # neutral ('simple') tsvector GIN index finds candidate rows by word; see ADR-0006
         "CREATE INDEX IF NOT EXISTS mem_facts_text_tsv ON mem_facts "
