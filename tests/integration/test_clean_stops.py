@@ -9,6 +9,7 @@ kills what it names with SIGKILL, and then stops ``serve``. Real subprocesses, r
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -20,12 +21,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import nats
 import psutil
 import pytest
 
 from engramdb.infra.embedded_base import process_alive
 from engramdb.infra.embedded_nats import ensure_nats, nats_running
 from engramdb.infra.embedded_postgres import ensure_postgres, postgres_running
+from engramdb.services.write.messages import deadletter_stream_name
 from tests.support.fault_harness import REPO, Serve, wait_for
 
 
@@ -93,7 +96,17 @@ def test_serve_follows_the_key_file(workdir: Path, pg_url: str, fresh_schema: An
         req = urllib.request.Request(serve.base + path, headers=headers)
         return Serve._call(req)[0]
 
+    async def dead_letter_max_age() -> float:
+        conn = await nats.connect(nc.url)
+        try:
+            info = await conn.jetstream().stream_info(deadletter_stream_name())
+            return float(info.config.max_age or 0)
+        finally:
+            await conn.close()
+
     try:
+        # issue 28: the dead-letter stream (payloads inline) is bounded, 30 days by default
+        assert asyncio.run(dead_letter_max_age()) == 30 * 86400
         assert get("/v1/agents", None) == 200  # open: no key file yet
         admin = create("*", "admin")
         assert get("/v1/agents", None) == 401  # closed from the next request
