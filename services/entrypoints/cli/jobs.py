@@ -55,7 +55,7 @@ def run(
 
 
 @jobs_app.command("history")
-def history(agent: Annotated[str, typer.Option("--agent")]) -> None:
+def history(agent: Annotated[str, typer.Option("--agent", help="agent id")]) -> None:
     """What the jobs concluded for an agent, from the log (``AgentJobs`` events, oldest first;
     ``engramdb history`` shows the memory decisions, corrections included)."""
     import json

@@ -73,9 +73,11 @@ def _fact_line(f: Any) -> str:
 def write(
     text: Annotated[str, typer.Argument(help="the message text")],
     agent: Agent,
-    speaker: Annotated[str | None, typer.Option("--speaker")] = None,
-    session: Annotated[str | None, typer.Option("--session")] = None,
-    message_id: Annotated[str | None, typer.Option("--message-id")] = None,
+    speaker: Annotated[str | None, typer.Option("--speaker", help="who said it, e.g. Ana")] = None,
+    session: Annotated[str | None, typer.Option("--session", help="conversation id")] = None,
+    message_id: Annotated[
+        str | None, typer.Option("--message-id", help="your id for the turn; repeating it is a no-op")
+    ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="show decisions, save nothing")] = False,
     as_json: Json = False,
 ) -> None:
@@ -104,8 +106,8 @@ def list_facts(
     agent: Agent,
     status: Annotated[str | None, typer.Option(help="active|superseded|retracted|forgotten|all")] = None,
     entity: Annotated[str | None, typer.Option(help="entity key or name")] = None,
-    session: Annotated[str | None, typer.Option()] = None,
-    speaker: Annotated[str | None, typer.Option()] = None,
+    session: Annotated[str | None, typer.Option(help="only this conversation id")] = None,
+    speaker: Annotated[str | None, typer.Option(help="only turns of this speaker")] = None,
     valid_at: Annotated[str | None, typer.Option("--valid-at", help="ISO time")] = None,
     as_of: Annotated[str | None, typer.Option("--as-of", help="ISO time")] = None,
     text: Annotated[str | None, typer.Option(help="text contains")] = None,
@@ -228,8 +230,8 @@ def list_agents(limit: Limit = 50, cursor: Cursor = None, as_json: Json = False)
 
 def list_messages(
     agent: Agent,
-    session: Annotated[str | None, typer.Option()] = None,
-    speaker: Annotated[str | None, typer.Option()] = None,
+    session: Annotated[str | None, typer.Option(help="only this conversation id")] = None,
+    speaker: Annotated[str | None, typer.Option(help="only turns of this speaker")] = None,
     limit: Limit = 50,
     cursor: Cursor = None,
     as_json: Json = False,

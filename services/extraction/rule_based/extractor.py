@@ -72,8 +72,9 @@ OFFLINE_NOTICE = (
 # Recorded as the facts' provenance (like an LLM prompt version). v2 (issue 9): clauses,
 # retraction requests, self-introductions, negation + new value as one UPDATE. v3: "My brother
 # Carlos…" → "Rita's brother Carlos…" (the possessor named). v4: a short preamble before a
-# colon ("Big news: I moved to…") is dropped when the clause after it is the speaker's.
-RULES_VERSION = "rule-based/v4"
+# colon ("Big news: I moved to…") is dropped when the clause after it is the speaker's. v5: a
+# name after a pet word ("my dog Rex", "a cat named Mia", "meu cachorro Thor") is an animal.
+RULES_VERSION = "rule-based/v5"
 SELF_FALLBACK = "user"
 
 
