@@ -68,6 +68,7 @@ def _routes(agent: str) -> list[tuple[str, str, Any]]:
         ("GET", f"{base}/facts/f-unknown", None),
         ("DELETE", f"{base}/facts/f-unknown", None),
         ("GET", f"{base}/facts/f-unknown/history", None),
+        ("GET", f"{base}/history", None),
         ("GET", f"{base}/entities", None),
         ("GET", f"{base}/messages", None),
         ("POST", f"{base}/reprocess", None),
