@@ -206,7 +206,7 @@ def list_entities(pool: ConnectionPool, agent_id: str, page: PageParams) -> Page
     return Page[EntityItem](**_page(items, page.limit, lambda e: (e.entity_key,)))
 
 
-def _agent_scope(patterns: Sequence[str] | None, params: dict[str, Any]) -> str:
+def agent_scope(patterns: Sequence[str] | None, params: dict[str, Any]) -> str:
     """SQL restricting ``a.agent_id`` to ``patterns`` (exact ids, ``prefix*``; ``*`` or
     ``None``: all), in SQL so that keyset paging stays exact (issue 28: a tenant's key lists
     only its tenant)."""
@@ -223,7 +223,7 @@ def list_agents(
     """Agents with memory, by ``agent_id`` (it spans agents: ``patterns`` narrows it to the
     caller's, e.g. an API key's agents)."""
     params: dict[str, Any] = {"n": page.limit + 1, "c": ""}
-    scope = _agent_scope(patterns, params)
+    scope = agent_scope(patterns, params)
     if page.cursor is not None:
         (params["c"],) = decode_cursor(page.cursor, (str,))
     rows = _rows(
