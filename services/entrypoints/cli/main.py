@@ -212,6 +212,9 @@ def history(
         _check_agent(agent)
         with _open_memory(start_projectors=False) as memory:
             entries = memory.history(agent, fact)
+    if fact is not None and not entries:  # as HTTP's 404 and get-fact's exit 2 (issue 28)
+        typer.echo(f"error: agent {agent!r} has no fact {fact!r}", err=True)
+        raise typer.Exit(2)
     if as_json:
         typer.echo("[" + ",".join(e.model_dump_json() for e in entries) + "]")
         return
@@ -243,7 +246,7 @@ def facts(
 def status(
     as_json: Annotated[bool, typer.Option("--json", help="the full health report as JSON")] = False,
     max_lag: Annotated[
-        int | None, typer.Option(help="events a projection may lag (default ENGRAMDB_READY_MAX_LAG)")
+        int | None, typer.Option(min=0, help="events a projection may lag (default ENGRAMDB_READY_MAX_LAG)")
     ] = None,
 ) -> None:
     """Health of the deployment: database, NATS, projection positions and lags (what /readyz

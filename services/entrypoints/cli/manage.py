@@ -18,6 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from engramdb.domain.agent_id import check_agent_id
+from engramdb.services.entrypoints.cli.erase_nats import attach_nats
 from engramdb.services.entrypoints.user_errors import cli_user_errors, one_line
 
 Agent = Annotated[str, typer.Option("--agent", help="agent id")]
@@ -200,6 +201,7 @@ def erase(
         ):
             raise typer.Exit(1)
         with _memory() as memory:
+            attach_nats(memory)  # the erase reaches the NATS streams too (issue 28)
             result = memory.erase_agent(agent, actor=actor, via="cli")
             memory.wait_for_projections(result.position or None, agent_id=agent)
     typer.echo(

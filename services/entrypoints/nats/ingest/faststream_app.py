@@ -23,6 +23,7 @@ from engramdb.services.observability.metrics import Metrics
 from engramdb.services.write.messages import (
     DEFAULT_PREFIX,
     DeadLetter,
+    deadletter_max_age,
     deadletter_stream_name,
     deadletter_subject,
 )
@@ -166,7 +167,7 @@ def _consumer_config(ack_wait: float, max_deliver: int, batch_size: int) -> dict
 def _declare_dead_letters(broker: NatsBroker, prefix: str, replicas: int) -> None:
     """The dead-letter publisher only declares its stream (and documents it in AsyncAPI)."""
     dead_stream = JStream(deadletter_stream_name(prefix), subjects=[deadletter_subject(prefix)],
-                          num_replicas=replicas)
+                          num_replicas=replicas, max_age=deadletter_max_age())  # issue 28
     broker.publisher(
         deadletter_subject(prefix),
         stream=dead_stream,
