@@ -287,7 +287,12 @@ def message_subject(agent_id: str, prefix: str = DEFAULT_PREFIX) -> str:
 
 
 def messages_wildcard(prefix: str = DEFAULT_PREFIX) -> str:
-    return f"{prefix}.messages.>"
+    """What the message stream captures: ``<prefix>.messages.<agent-token>``, one token
+    exactly (ADR-0051). Not ``messages.>``: a deeper subject (``messages.x.y.z``) was stored
+    and never consumed, and ``messages.<p>.<token>`` skipped the server's partition mapping;
+    now both are refused by JetStream (no stream answers) instead of being kept silently.
+    The stored subjects, ``messages.<p>.<token>``, come from the stream's transform."""
+    return f"{prefix}.messages.*"
 
 
 def deadletter_subject(prefix: str = DEFAULT_PREFIX) -> str:

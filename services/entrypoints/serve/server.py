@@ -80,7 +80,7 @@ def _run(role: str, settings: Settings, shutdown: ShutdownRequest) -> None:
                 **ingest_scaling(memory, settings),
             )
             ingest = IngestThread(app).start()
-            log.info("ingest consuming %s.messages.> on %s", settings.subject_prefix, redact_url(nats_url))
+            log.info("ingest consuming %s.messages.* on %s", settings.subject_prefix, redact_url(nats_url))
         if role in ("all", "ingest") and memory.llm is not None:  # nothing to wait for offline
             retriers = [ExtractionRetrier(  # one process retries per cell at a time (ADR-0029)
                 cell.pipeline, cell.pool, settings.extraction_retry_interval_sec,

@@ -82,7 +82,7 @@ def build_ingest_app(
     leases: str | None = None,
     lease_scope: str = "public",
 ) -> tuple[FastStream, NatsBroker]:
-    """FastStream app + broker consuming ``<prefix>.messages.>``: ``partitions`` durable pull
+    """FastStream app + broker consuming ``<prefix>.messages.*``: ``partitions`` durable pull
     consumers (``<durable>-p<n>``), each run by one process at a time — the holder of its
     advisory lock in the database at ``leases`` (a libpq conninfo; None: this process runs
     them all). ``replicas``: JetStream replicas of the streams (a clustered NATS).
