@@ -87,7 +87,7 @@ def format_with(call: RetrieveCall, profiles: list[EntityProfile], fmt: Callable
         return fmt(call)
     total = call.cfg.context.context_max_tokens
     reserve = reserved_tokens(profiles, total)
-    inner = dataclasses.replace(call, cfg=call.cfg.model_copy(update={"context_max_tokens": total - reserve}))
+    inner = dataclasses.replace(call, cfg=call.cfg.with_overrides({"context_max_tokens": total - reserve}))
     context = fmt(inner)
     text, shown = section(profiles, max(0, total - approx_tokens(context)))
     call.trace.note(profiles_shown=shown)
