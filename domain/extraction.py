@@ -13,6 +13,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from engramdb.domain.directives import ExtractedDirective
+from engramdb.domain.emotion import ExtractedEmotion
+
 
 class ConfidenceLevel(StrEnum):
     explicit_statement = "explicit_statement"
@@ -66,9 +69,14 @@ class ExtractedFact(BaseModel):
 
 
 class Extraction(BaseModel):
+    """``emotion`` is first so a schema-constrained model commits to it before the facts
+    (a few tokens; issue 26); ``directives`` are instructions to the agent (ADR-0045)."""
+
+    emotion: ExtractedEmotion | None = None
     facts: list[ExtractedFact] = Field(default_factory=list)
     entities: list[ExtractedEntity] = Field(default_factory=list)
     relationships: list[ExtractedRelationship] = Field(default_factory=list)
+    directives: list[ExtractedDirective] = Field(default_factory=list)
 
 
 class KnownFact(BaseModel):

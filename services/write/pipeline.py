@@ -49,6 +49,7 @@ from eventsourcing.persistence import RecordConflictError
 from engramdb.domain.aggregate import AgentMemory, MessageRecord
 from engramdb.domain.corrections import note_corrections
 from engramdb.domain.decisions import DecisionReport, MessageContext, apply_extraction
+from engramdb.domain.directive_facts import with_directive_facts
 from engramdb.domain.extraction import Extraction, ExtractionInput, ExtractorInfo
 from engramdb.domain.keys import agent_aggregate_id, message_record_id
 from engramdb.domain.ports import LLMProvider
@@ -362,6 +363,7 @@ class WritePipeline:
         half-applied events, so the fallback runs on a freshly loaded one.
         """
         notes: list[str] = []
+        extraction = with_directive_facts(extraction, record.speaker)  # ADR-0045: facts too
         try:
             outcome = self.resolver.resolve_all(memory, extraction, record.speaker, record.text, memo)
             notes.extend(outcome.errors)
