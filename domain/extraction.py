@@ -69,14 +69,15 @@ class ExtractedFact(BaseModel):
 
 
 class Extraction(BaseModel):
-    """``emotion`` is first so a schema-constrained model commits to it before the facts
-    (a few tokens; issue 26); ``directives`` are instructions to the agent (ADR-0045)."""
+    """``emotion`` and ``directives`` (instructions to the agent, ADR-0045) come first: a
+    schema-constrained model writes the fields in this order, and one that has just written
+    its facts tends to close the answer with an empty list (issue 26, measured on 1.5B)."""
 
     emotion: ExtractedEmotion | None = None
+    directives: list[ExtractedDirective] = Field(default_factory=list)
     facts: list[ExtractedFact] = Field(default_factory=list)
     entities: list[ExtractedEntity] = Field(default_factory=list)
     relationships: list[ExtractedRelationship] = Field(default_factory=list)
-    directives: list[ExtractedDirective] = Field(default_factory=list)
 
 
 class KnownFact(BaseModel):
