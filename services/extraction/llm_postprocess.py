@@ -17,6 +17,10 @@ answer benefits from the repair without a new LLM call.
 * **First person.** "I", "me", "user" as a fact's subject, or a fact text starting "I …" /
   "My …", when the speaker's name is known: the name is written in, as the prompt asks,
   so the fact is self-contained (and carries the name the questions use).
+* **Missed directives and emotion** (issue 26). A 1.5B model misses most directives; when it
+  gives none, the offline rules' directives (``rule_based.directives``, the user's words) are
+  used, and a fact that merely restates one is dropped. An answer without an emotion gets the
+  offline lexicon's, labelled ``detector="lexicon"``.
 """
 
 from __future__ import annotations
@@ -26,9 +30,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from engramdb.domain.directives import ExtractedDirective
 from engramdb.domain.emotion import ExtractedEmotion
 from engramdb.domain.extraction import ExtractedFact, Extraction, ExtractionInput
 from engramdb.domain.keys import fold
+from engramdb.services.extraction.rule_based.directives import directive_in
+from engramdb.services.extraction.rule_based.emotion import lexicon_emotion
+from engramdb.services.extraction.rule_based.patterns import SENTENCE_SPLIT
 
 SINGLE_VALUED = frozenset(
     {"residence", "workplace", "job_title", "age", "relationship_status", "hometown",
@@ -109,13 +117,40 @@ def _repair_fact(
     return fact.model_copy(update=update) if update else fact
 
 
+def _backstop_directives(
+    extraction: Extraction, text: str, problems: list[str]
+) -> tuple[list[ExtractedDirective], set[str]]:
+    """The model's directives, or — when it gave none — the sentences the offline rules
+    read as directives (in the user's words), with the folded sentences they came from."""
+    if extraction.directives:
+        return list(extraction.directives), set()
+    found: list[ExtractedDirective] = []
+    sentences: set[str] = set()
+    for sentence in SENTENCE_SPLIT.split(text.strip()):
+        directive = directive_in(" ".join(sentence.split()))
+        if directive is not None:
+            found.append(directive)
+            sentences.add(fold(directive.text).rstrip(".!"))
+    if found:
+        problems.append(f"{len(found)} directive(s) the model missed read by the offline rules")
+    return found, sentences
+
+
 def postprocess(extraction: Extraction, request: ExtractionInput, problems: list[str]) -> Extraction:
     """``extraction`` with the repairs above applied; notes appended to ``problems``."""
     known = {f.fact_id: attribute(f.attribute_key) for f in request.known_facts}
     speaker = (request.speaker or "").strip() or None
     facts = [_repair_fact(f, known, speaker, problems) for f in extraction.facts]
-    directive_texts = {fold(d.text) for d in extraction.directives}
-    kept = [f for f in facts if fold(f.text) not in directive_texts]
+    directives, sentences = _backstop_directives(extraction, request.text, problems)
+    directive_texts = {fold(d.text) for d in directives}
+
+    def restates_a_directive(fact: ExtractedFact) -> bool:
+        folded = fold(fact.text).rstrip(".!")
+        return fold(fact.text) in directive_texts or any(s and s in folded for s in sentences)
+
+    kept = [f for f in facts if not restates_a_directive(f)]
+    # an answer without an emotion gets the lexicon's, labelled detector="lexicon"
+    emotion = extraction.emotion if extraction.emotion is not None else lexicon_emotion(request.text)
     entities = extraction.entities
     if speaker:
         entities = [e.model_copy(update={"name": speaker}) if fold(e.name) in _SELF else e
@@ -129,6 +164,7 @@ def postprocess(extraction: Extraction, request: ExtractionInput, problems: list
             })
             for r in relationships
         ]
-    return extraction.model_copy(
-        update={"facts": kept, "entities": entities, "relationships": relationships}
-    )
+    return extraction.model_copy(update={
+        "facts": kept, "entities": entities, "relationships": relationships,
+        "directives": directives, "emotion": emotion,
+    })

@@ -13,6 +13,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
+from engramdb.domain.directives import ExtractedDirective
 from engramdb.domain.extraction import (
     ConfidenceLevel,
     ExtractedEntity,
@@ -31,6 +32,8 @@ from engramdb.domain.text import (
 )
 from engramdb.services.extraction.port import ExtractionOutcome
 from engramdb.services.extraction.rule_based.clauses import split_clauses
+from engramdb.services.extraction.rule_based.directives import directive_in
+from engramdb.services.extraction.rule_based.emotion import lexicon_emotion
 from engramdb.services.extraction.rule_based.grammar import (
     job_title,
     leading_name,
@@ -74,7 +77,9 @@ OFFLINE_NOTICE = (
 # retraction requests, self-introductions, negation + new value as one UPDATE. v3: "My brother
 # Carlos…" → "Rita's brother Carlos…" (the possessor named). v4: a short preamble before a
 # colon ("Big news: I moved to…") is dropped when the clause after it is the speaker's.
-RULES_VERSION = "rule-based/v4"
+# v5 (issue 26): directives ("always…", "nunca…") are not facts but directives; the
+# message's emotion from a small lexicon (``detector="lexicon"``).
+RULES_VERSION = "rule-based/v5"
 SELF_FALLBACK = "user"
 
 
@@ -92,6 +97,7 @@ class _Collected:
     entities: dict[str, ExtractedEntity] = field(default_factory=dict)  # folded name -> entity
     relationships: dict[tuple[str, str, str], ExtractedRelationship] = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)  # the clause each fact was read from
+    directives: list[ExtractedDirective] = field(default_factory=list)  # ADR-0045
 
     def add(self, fact: ExtractedFact, source: str) -> None:
         self.facts.append(fact)
@@ -149,6 +155,11 @@ class RuleBasedExtractor:
             sentence = " ".join(raw_sentence.split()).strip(" \"'“”‘’-–—")
             if not sentence:
                 continue
+            directive = directive_in(sentence)
+            if directive is not None:
+                # An instruction to the agent, not a fact about anyone (ADR-0045).
+                out.directives.append(directive)
+                continue
             statement = retraction_request(sentence)
             if statement is not None:
                 # An act, not a statement: it retracts, it is never stored as a fact.
@@ -167,6 +178,8 @@ class RuleBasedExtractor:
                     out.add(fact, clause)
         facts = merge_negations(out.facts, out.sources)
         return Extraction(
+            emotion=lexicon_emotion(request.text),
+            directives=out.directives,
             facts=facts[: max(request.max_facts, 0)],
             entities=list(out.entities.values()),
             relationships=list(out.relationships.values()),
