@@ -204,6 +204,9 @@ class RetrieveConfig(BaseModel):
     profiles_in_context: bool = Field(default=False, description="(engramdb, ADR-0030) an "
         "'About <entity>' section with the profile (profiles job) of entities the query names, "
         "within context_max_tokens; result.profiles. Off: SPEC 3.6 injects no profiles")
+    emotions: list[Literal["neutral", "joy", "sadness", "anger", "fear", "surprise", "disgust"]] | None = Field(
+        default=None, max_length=7, description="(engramdb, issue 26) only turns whose recorded "
+        "emotion is one of these, and facts with such a turn among their sources; None = no filter")
     # enhance
     spreading_activation_hops: int = Field(default=2, ge=0, le=4)
     spreading_decay_factor: float = Field(default=0.50, ge=0.0, le=1.0)

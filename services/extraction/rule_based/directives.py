@@ -68,8 +68,7 @@ TOPICS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("format", re.compile(r"\b(?:bullet|list|lista|markdown|table|tabela|format\w*)\b", re.I)),
 )
 _WORD = re.compile(r"[^\W\d_]{3,}", re.UNICODE)
-_STOP = frozenset("please always never from now stop don't the you your and que você voce "
-                  "sempre nunca partir agora pare por favor".split())
+_STOP = frozenset(["please", "always", "never", "from", "now", "stop", "don't", "the", "you", "your", "and", "que", "você", "voce", "sempre", "nunca", "partir", "agora", "pare", "por", "favor"])
 
 
 def topic_of(sentence: str) -> str:
