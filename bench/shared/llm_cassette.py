@@ -14,13 +14,15 @@ make differently), ``answer`` or ``error``, ``seconds``, ``prompt_tokens``,
 ``completion_tokens``, ``finish_reason``. Replay answers by ``exact`` first, then by
 ``loose`` (each recorded answer used once per key, in order); a request found under neither
 raises :class:`NotRecorded` (not an outage: the extraction records the error and the run
-counts it), never a silent call to a model.
+counts it), never a silent call to a model. Recording into an existing file *resumes* it:
+the answers already there are used first, so an interrupted recording is not paid twice.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import threading
 import time
 from collections import defaultdict, deque
@@ -73,13 +75,17 @@ class CassetteLLM:
         self.entries: list[dict[str, Any]] = []
         self._exact: dict[str, deque[dict[str, Any]]] = defaultdict(deque)
         self._loose: dict[str, deque[dict[str, Any]]] = defaultdict(deque)
-        if mode == "replay":
+        self.resumed = 0
+        if self.path.exists():  # replay; or resume an interrupted recording from its answers
             for line in self.path.read_text("utf-8").splitlines():
                 if line.strip():
                     entry = json.loads(line)
+                    if "answer" not in entry and mode == "record":
+                        continue  # a failed call is asked again when resuming
                     self.entries.append(entry)
                     self._exact[entry["exact"]].append(entry)
                     self._loose[entry["loose"]].append(entry)
+        if mode == "replay":
             self.name = str(self.entries[0].get("model", "replay")) if self.entries else "replay"
         else:
             assert inner is not None
@@ -99,6 +105,13 @@ class CassetteLLM:
         self.calls += 1
         if self.mode == "replay":
             return self._replay(exact, loose)
+        if self.entries:  # resuming: answers already recorded are not asked again
+            try:
+                answer = self._replay(exact, loose, count_miss=False)
+                self.resumed += 1
+                return answer
+            except NotRecorded:
+                pass
         assert self.inner is not None
         entry: dict[str, Any] = {"exact": exact, "loose": loose, "model": self.name,
                                  "max_tokens": max_tokens}
@@ -119,7 +132,7 @@ class CassetteLLM:
             with self._lock, self.path.open("a", encoding="utf-8") as fh:
                 fh.write(json.dumps(entry, ensure_ascii=False) + "\n")
 
-    def _replay(self, exact: str, loose: str) -> str:
+    def _replay(self, exact: str, loose: str, count_miss: bool = True) -> str:
         with self._lock:
             for index, key in ((self._exact, exact), (self._loose, loose)):
                 queue = index.get(key)
@@ -131,7 +144,7 @@ class CassetteLLM:
                         other_queue.remove(entry)
                     break
             else:
-                self.misses += 1
+                self.misses += int(count_miss)
                 raise NotRecorded("no recorded LLM answer for this request (cassette replay)")
         if "error" in entry:
             raise RecordedError(f"recorded call failed: {entry['error']}")
@@ -143,11 +156,11 @@ def summary(path: str | Path) -> dict[str, Any]:
     rows = [json.loads(line) for line in Path(path).read_text("utf-8").splitlines() if line.strip()]
     from statistics import fmean
 
-    def pct(values: list[float], q: float) -> float | None:
+    def pct(values: list[float], q: float) -> float | None:  # nearest rank
         if not values:
             return None
         ordered = sorted(values)
-        return ordered[min(len(ordered) - 1, max(0, int(round(q / 100 * len(ordered) + 0.5)) - 1))]
+        return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
 
     secs = [float(r["seconds"]) for r in rows]
     out_tokens = [int(r["completion_tokens"]) for r in rows if r.get("completion_tokens") is not None]
