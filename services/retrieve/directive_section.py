@@ -13,7 +13,8 @@ newest first, in a section of its own *before* the SPEC's sections::
 Budget: the section reserves what its lines need, at most ``DIRECTIVE_SHARE`` of
 ``context_max_tokens``; the other sections are formatted within the rest, so facts never
 crowd a directive out (and a flood of directives never crowds the facts out). At most
-``MAX_DIRECTIVES`` are read. Directive facts are left out of "Known facts" (shown once).
+``MAX_DIRECTIVES`` are read. Directive facts are left out of "Known facts", and the turns that
+said them out of "Relevant conversations" (shown once; ``result.facts``/``events`` keep them).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 
 from engramdb.domain.directives import ATTRIBUTE_PREFIX, DIRECTIVE_CATEGORY
 from engramdb.domain.text import approx_tokens
-from engramdb.services.retrieve.models import Directive, ScoredFact
+from engramdb.services.retrieve.models import Directive, ScoredEvent, ScoredFact
 from engramdb.services.retrieve.signals.shared import fact_visibility
 from engramdb.services.retrieve.stages import Call
 
@@ -35,7 +36,8 @@ HEADER = "Directives:"
 
 def _sql(as_of: Any) -> str:
     return (
-        "SELECT f.fact_id, f.fact_text, f.attribute_key, f.valid_from FROM mem_facts f "
+        "SELECT f.fact_id, f.fact_text, f.attribute_key, f.valid_from, f.source_message_ids "
+        "FROM mem_facts f "
         f"WHERE f.agent_id = %(a)s AND f.category = %(c)s AND {fact_visibility(as_of)} "
         "ORDER BY f.recorded_at DESC, f.fact_id LIMIT %(n)s"
     )
@@ -50,7 +52,7 @@ def directives_for(pool: Any, call: Call) -> list[Directive]:
         rows = conn.execute(_sql(call.as_of), params).fetchall()
     return [
         Directive(fact_id=r[0], text=r[1], topic=str(r[2] or "").removeprefix(ATTRIBUTE_PREFIX),
-                  valid_from=r[3])
+                  valid_from=r[3], source_message_ids=list(r[4] or []))
         for r in rows
     ]
 
@@ -78,9 +80,17 @@ def section(directives: Sequence[Directive], budget: int) -> tuple[str, int]:
     return "\n".join(lines), len(lines) - 1
 
 
-def without_directives(facts: list[ScoredFact], directives: Sequence[Directive]) -> list[ScoredFact]:
+def without_directives(
+    facts: list[ScoredFact], events: list[ScoredEvent], directives: Sequence[Directive]
+) -> tuple[list[ScoredFact], list[ScoredEvent]]:
+    """The facts and turns for the other sections: not the directives, nor the turns that
+    said them (the section already does)."""
+    if not directives:
+        return facts, events
     ids = {d.fact_id for d in directives}
-    return [f for f in facts if f.fact_id not in ids] if ids else facts
+    said = {m for d in directives for m in d.source_message_ids}
+    return ([f for f in facts if f.fact_id not in ids],
+            [e for e in events if e.message_id not in said])
 
 
 def format_with(call: Call, directives: Sequence[Directive], fmt: Callable[[Call], str]) -> str:

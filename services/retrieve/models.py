@@ -89,6 +89,7 @@ class Directive(BaseModel):
     text: str
     topic: str = ""
     valid_from: datetime | None = None
+    source_message_ids: list[str] = Field(default_factory=list)
 
 
 class RetrieveRequest(BaseModel):

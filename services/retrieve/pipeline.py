@@ -204,9 +204,9 @@ class Retriever:
         patterns = self._patterns(call, facts, scored_events, f_patterns)
         profiles = profile_section.profiles_for(self.pool, call, plan)
         directives = directive_section.directives_for(self.pool, call)  # ADR-0045
-        shown_facts = directive_section.without_directives(facts, directives)
+        shown_facts, shown_events = directive_section.without_directives(facts, scored_events, directives)
         context = directive_section.format_with(call, directives, lambda d: profile_section.format_with(
-            d, profiles, lambda c: format_result(c, shown_facts, patterns, scored_events)))
+            d, profiles, lambda c: format_result(c, shown_facts, patterns, shown_events)))
         return RetrieveResult(
             agent_id=agent_id,
             query=q,
