@@ -380,6 +380,12 @@ def build_parser() -> argparse.ArgumentParser:
         "model (no LLM server needed)",
     )
     p.add_argument(
+        "--no-llm-resolution",
+        action="store_true",
+        help="configured mode: entity resolution without LLM calls (fuzzy matching only), so "
+        "only the extractor uses the model — what the rule-based run gets too",
+    )
+    p.add_argument(
         "--dump-facts",
         action="store_true",
         help="also write every stored fact (text, subject, attribute, category, sources) to "
@@ -424,17 +430,20 @@ def _settings(args: argparse.Namespace, data_dir: Path | None) -> Any:
     return Settings(**overrides)
 
 
-def _open_memory(settings: Any, embedder: Any, extractor: Any, cassette: Any = None) -> Any:
+def _open_memory(settings: Any, embedder: Any, extractor: Any, cassette: Any = None,
+                 llm_resolution: bool = True) -> Any:
     """Observations mode runs with no LLM at all (entity resolution included), so it is
     deterministic and offline; configured mode uses whatever the settings configure, or a
     recording/replaying cassette around it (``--llm-record`` / ``--llm-replay``)."""
     from engramdb.services.memory.facade import Memory
+    from engramdb.services.write.models import WriteConfig
 
     if extractor is not None:
         return Memory.open(settings, llm=None, embedder=embedder, extractor=extractor)
+    config = None if llm_resolution else WriteConfig(enable_llm_resolution=False)
     if cassette is not None:
-        return Memory.open(settings, llm=cassette, embedder=embedder)
-    return Memory.open(settings, embedder=embedder)
+        return Memory.open(settings, llm=cassette, embedder=embedder, write_config=config)
+    return Memory.open(settings, embedder=embedder, write_config=config)
 
 
 def _cassette(args: argparse.Namespace, settings: Any) -> Any:
@@ -569,7 +578,8 @@ def main(argv: list[str] | None = None) -> int:
                 print("--llm-record/--llm-replay need --mode configured", file=sys.stderr)
                 return 2
             cassette = _cassette(args, settings) if extractor is None else None
-            memory = _open_memory(settings, embedder, extractor, cassette)
+            memory = _open_memory(settings, embedder, extractor, cassette,
+                                  llm_resolution=not args.no_llm_resolution)
             try:
                 from bench.locomo.engramdb_side import run_engramdb
 
