@@ -184,3 +184,9 @@ def test_cassette_records_replays_and_resumes(tmp_path: Path) -> None:
     with pytest.raises(NotRecorded):
         replay.complete([{"role": "user", "content": "again"}])
     assert replay.misses == 1
+
+
+@pytest.mark.parametrize("sentence", ["Keep it up!", "Keep it up, you're making a big impact!"])
+def test_encouragement_is_not_a_directive(sentence: str) -> None:
+    """Seen on LoCoMo (two friends talking): "keep it up" is not an instruction to the agent."""
+    assert directive_in(sentence) is None

@@ -32,7 +32,8 @@ _OPENINGS = re.compile(
     r"always|never|from now on|going forward|in the future|"
     r"(?:please\s+)?stop\s+\w+ing|do not|don['’]t|"
     r"(?:i['’]?d like|i want|i need|i prefer|i['’]?d prefer)\s+(?:you|that you|for you)\b|"
-    r"(?:keep|make)\s+(?:your\s+|the\s+)?(?:answers?|replies|responses|it|messages?)\b|"
+    r"(?:keep|make)\s+(?:your\s+|the\s+)?(?:answers?|replies|responses|messages?)\b|"
+    r"(?:keep|make)\s+it\s+(?:short|brief|concise|simple)\b|"
     r"(?:answer|reply|respond|write|talk|speak)\s+(?:to me\s+)?(?:in|with|only|briefly|shortly)\b|"
     r"call me\b|"
     r"sempre|nunca|a partir de agora|daqui (?:pra|para) frente|de agora em diante|"
@@ -44,7 +45,7 @@ _OPENINGS = re.compile(
     re.IGNORECASE,
 )
 _SMALL_TALK = re.compile(
-    _LEAD + r"(?:don['’]t worry|do not worry|never mind|never forget|don['’]t mention it|"
+    _LEAD + r"(?:don['’]t worry|do not worry|never mind|never forget|don['’]t mention it|keep it up|"
     r"don['’]t know|always happy|never thought|never been|always been|never had|always had|"
     r"nunca (?:pensei|fui|tive|vi)|sempre (?:fui|tive|gostei|quis))\b",
     re.IGNORECASE,
