@@ -4,7 +4,7 @@ Pure: given the aggregate's state, the extraction and the resolved entities, it 
 aggregate's commands (which emit events) and reports what it decided. Nothing here does I/O,
 so re-deciding on fresh state after a concurrency conflict costs no LLM call.
 
-Rules (SPEC §2.5, ADR-0004):
+Rules (docs/spec.md §2.5, ADR-0004):
 - same subject + same normalised text as an active fact → NOOP (reinforcement);
 - UPDATE with an active target → supersede it; with an unknown/inactive target → the UPDATE
   is rejected and recorded, and the statement is still ADDed (a duplicate beats lost data);
@@ -157,66 +157,18 @@ def _decide_fact(
         )
         return
     entity = memory.canonical_entity(primary.entity_key)
-    linked: list[str] = []
-    for name in fact.mentions:
-        res = resolutions.get(fold(name))
-        if res is not None:
-            key = memory.canonical_entity(res.entity_key)
-            if key != entity and key not in linked:
-                linked.append(key)
-
+    linked = _linked_entities(memory, fact, resolutions, entity)
     existing = memory.active_fact_with_fingerprint(fact_fingerprint(entity, fact.text))
     try:
-        if fact.action == "RETRACT":
-            target = fact.target_fact_id or existing
-            if target is None:
-                raise DecisionRejected("RETRACT without a target fact")
-            memory.retract_fact(target, ctx.message_id, ctx.occurred_at, fact.text, ctx.decided_by)
-            report.decisions.append(
-                Decision("DELETE", target_fact_id=target, entity_key=entity, text=fact.text)
-            )
-            return
-        if existing is not None:
-            memory.confirm_fact(existing, ctx.message_id, ctx.occurred_at)
-            report.decisions.append(
-                Decision("NOOP", fact_id=existing, entity_key=entity, text=fact.text)
-            )
+        if _retract_or_confirm(memory, fact, entity, existing, ctx, report):
             return
     except DecisionRejected as exc:
         _reject(memory, report, ctx, payload, exc.reason)
         return
 
     new_id = new_fact_id(ctx.agent_id, ctx.message_id, ordinal, ctx.generation)
-    new_fact = FactPayload(
-        fact_id=new_id,
-        entity_key=entity,
-        linked_entities=linked,
-        attribute_key=fact.attribute_key,
-        text=fact.text.strip(),
-        category=fact.category,
-        confidence=fact.confidence,
-        importance=DEFAULT_IMPORTANCE,
-        source_message_id=ctx.message_id,
-        source_message_ids=fact_sources(
-            ctx.message_id, (m for m in fact.source_message_ids if m in ctx.recorded_citations)
-        ),
-        speaker=ctx.speaker,
-        valid_from=ctx.occurred_at,
-        decided_by=ctx.decided_by,
-    )
-    target = fact.target_fact_id if fact.action == "UPDATE" else None
-    if target is not None and not memory.is_active(target):
-        _reject(
-            memory,
-            report,
-            ctx,
-            payload,
-            f"UPDATE targets {target!r}, which is not an active fact of this agent; added instead",
-        )
-        target = None
-    if target is None and fact.attribute_key:
-        same_attribute = memory.active_facts_with_attribute(entity, fact.attribute_key)
-        target = same_attribute[0] if same_attribute else None
+    new_fact = _new_fact(fact, new_id, entity, linked, ctx)
+    target = _superseded(memory, fact, entity, ctx, report, payload)
     try:
         if target is not None:
             memory.update_fact(target, new_fact)
@@ -236,6 +188,97 @@ def _decide_fact(
             )
     except DecisionRejected as exc:
         _reject(memory, report, ctx, payload, exc.reason)
+
+
+def _linked_entities(
+    memory: AgentMemory, fact: ExtractedFact, resolutions: Mapping[str, Resolution], entity: str
+) -> list[str]:
+    """The canonical keys of the resolved entities the fact mentions, besides its subject."""
+    linked: list[str] = []
+    for name in fact.mentions:
+        res = resolutions.get(fold(name))
+        if res is not None:
+            key = memory.canonical_entity(res.entity_key)
+            if key != entity and key not in linked:
+                linked.append(key)
+    return linked
+
+
+def _retract_or_confirm(
+    memory: AgentMemory,
+    fact: ExtractedFact,
+    entity: str,
+    existing: str | None,
+    ctx: MessageContext,
+    report: DecisionReport,
+) -> bool:
+    """A RETRACT (DELETE of its target) or a fact memory already holds (NOOP, confirmed):
+    True if decided here; raises ``DecisionRejected`` for a RETRACT without a target."""
+    if fact.action == "RETRACT":
+        target = fact.target_fact_id or existing
+        if target is None:
+            raise DecisionRejected("RETRACT without a target fact")
+        memory.retract_fact(target, ctx.message_id, ctx.occurred_at, fact.text, ctx.decided_by)
+        report.decisions.append(
+            Decision("DELETE", target_fact_id=target, entity_key=entity, text=fact.text)
+        )
+        return True
+    if existing is not None:
+        memory.confirm_fact(existing, ctx.message_id, ctx.occurred_at)
+        report.decisions.append(
+            Decision("NOOP", fact_id=existing, entity_key=entity, text=fact.text)
+        )
+        return True
+    return False
+
+
+def _new_fact(
+    fact: ExtractedFact, new_id: str, entity: str, linked: list[str], ctx: MessageContext
+) -> FactPayload:
+    return FactPayload(
+        fact_id=new_id,
+        entity_key=entity,
+        linked_entities=linked,
+        attribute_key=fact.attribute_key,
+        text=fact.text.strip(),
+        category=fact.category,
+        confidence=fact.confidence,
+        importance=DEFAULT_IMPORTANCE,
+        source_message_id=ctx.message_id,
+        source_message_ids=fact_sources(
+            ctx.message_id, (m for m in fact.source_message_ids if m in ctx.recorded_citations)
+        ),
+        speaker=ctx.speaker,
+        valid_from=ctx.occurred_at,
+        decided_by=ctx.decided_by,
+    )
+
+
+def _superseded(
+    memory: AgentMemory,
+    fact: ExtractedFact,
+    entity: str,
+    ctx: MessageContext,
+    report: DecisionReport,
+    payload: dict[str, Any],
+) -> str | None:
+    """The active fact the new one supersedes: an UPDATE's target if still active (else the
+    UPDATE is recorded as rejected and added instead), or the subject's active fact with the
+    same attribute."""
+    target = fact.target_fact_id if fact.action == "UPDATE" else None
+    if target is not None and not memory.is_active(target):
+        _reject(
+            memory,
+            report,
+            ctx,
+            payload,
+            f"UPDATE targets {target!r}, which is not an active fact of this agent; added instead",
+        )
+        target = None
+    if target is None and fact.attribute_key:
+        same_attribute = memory.active_facts_with_attribute(entity, fact.attribute_key)
+        target = same_attribute[0] if same_attribute else None
+    return target
 
 
 def _reject(

@@ -316,5 +316,3 @@ class AgentJobs(Aggregate):
         self.state_of("consolidation_llm")["review"] = [input_digest, list(pattern_ids)]
 
 
-def is_job_event(event: Any) -> bool:
-    return isinstance(event, AgentJobs.Event)

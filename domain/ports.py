@@ -1,7 +1,7 @@
 """Structural interfaces of the outside world that the domain and the services need.
 
 They live in ``domain`` so that every layer can depend on them without depending on
-``infra``: providers are injected by structural typing (SPEC §5), no base class needed.
+``infra``: providers are injected by structural typing (docs/spec.md §5), no base class needed.
 """
 
 from __future__ import annotations

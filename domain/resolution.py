@@ -32,11 +32,6 @@ class Resolution:
     score: float = 1.0
     candidates: list[tuple[str, float]] = field(default_factory=list)  # for "ambiguous"
 
-    @property
-    def is_new(self) -> bool:
-        return self.kind == "new"
-
-
 def resolve_name(
     memory: AgentMemory,
     name: str,

@@ -41,16 +41,3 @@ def check_instant(value: datetime, what: str) -> datetime:
     return value
 
 
-def clamp_instant(value: datetime) -> datetime:
-    """``value`` moved into the window (for values read back from storage written before the
-    window existed: an old event must still project and read, never crash a reader)."""
-    if value.tzinfo is None or value.utcoffset() is None:
-        value = value.replace(tzinfo=UTC)
-    try:
-        if value < EARLIEST:
-            return EARLIEST
-        if value >= LATEST:
-            return LATEST
-    except OverflowError:
-        return EARLIEST if value.year < 2000 else LATEST
-    return value

@@ -34,10 +34,6 @@ class DatabaseConfig:
     schema: str = "public"
     handle: PostgresHandle | None = field(default=None, repr=False, compare=False)
 
-    def env_for_schema(self, schema: str) -> dict[str, str]:
-        return es_env_from_url(self.url, schema)
-
-
 def es_env_from_url(url: str, schema: str = "public") -> dict[str, str]:
     """eventsourcing persistence env for a libpq URL (``POSTGRES_SCHEMA`` only if non-public)."""
     parts = conninfo_to_dict(url)

@@ -22,9 +22,9 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import psutil
 
@@ -127,22 +127,41 @@ def wait_until(predicate: Any, timeout: float, interval: float = 0.05) -> bool:
     return bool(predicate())
 
 
+def release_claim(
+    data_dir: Path, token: Path, server: str, stop_server: Callable[[Path], None]
+) -> None:
+    """Drop one client token of ``server`` ("postgres", "nats"); stop the server (with
+    ``stop_server``) if it was the last live client. Holds the server's start lock, so a
+    concurrent ``ensure_*`` never sees a server that is being stopped as reusable."""
+    runs = data_dir / "run"
+    if not runs.is_dir():  # data dir deleted meanwhile: nothing left to release
+        return
+    with file_lock(runs / f"{server}.lock"):
+        registry = ClientRegistry(runs / f"{server}-clients")
+        registry.unregister(token)
+        if registry.live_count() == 0:
+            stop_server(data_dir)
+
+
 class ReleasableHandle:
     """What the PostgreSQL and NATS handles share: ``stop()`` releases this process's claim
     (idempotent) and the server stops when no live claim remains; usable with ``with``.
-    Subclasses are dataclasses with ``data_dir`` and ``_token`` fields and say how to release."""
+    Subclasses are dataclasses with ``data_dir`` and ``_token`` fields, name their server
+    (``server``, the stem of its lock and claims) and say how to stop it."""
 
+    server: ClassVar[str]
     data_dir: Path
     _token: Path | None
 
-    def _release(self, data_dir: Path, token: Path) -> None:
+    @staticmethod
+    def _stop_server(data_dir: Path) -> None:
         raise NotImplementedError
 
     def stop(self) -> None:
         if self._token is None:
             return
         token, self._token = self._token, None
-        self._release(self.data_dir, token)
+        release_claim(self.data_dir, token, self.server, self._stop_server)
 
     def __enter__(self) -> Any:
         return self

@@ -26,6 +26,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import psutil
 
@@ -84,8 +85,11 @@ class NatsHandle(ReleasableHandle):
     def store_dir(self) -> Path:
         return self.data_dir / "nats"
 
-    def _release(self, data_dir: Path, token: Path) -> None:
-        release_nats(data_dir, token)
+    server: ClassVar[str] = "nats"
+
+    @staticmethod
+    def _stop_server(data_dir: Path) -> None:
+        _stop_server(data_dir)
 
 
 def _healthy(monitor_port: int) -> bool:
@@ -223,21 +227,12 @@ def ensure_nats(data_dir: Path | str, *, stop_on_exit: bool = True) -> NatsHandl
     return handle
 
 
-def release_nats(data_dir: Path, token: Path) -> None:
-    """Drop one client token; stop the server if it was the last live client."""
-    runs = data_dir / "run"
-    if not runs.is_dir():  # data dir deleted meanwhile: nothing left to release
-        return
-    with file_lock(runs / "nats.lock"):
-        registry = ClientRegistry(runs / "nats-clients")
-        registry.unregister(token)
-        if registry.live_count() == 0:
-            state = read_json(runs / "nats.json")
-            pid = state.get("pid")
-            if isinstance(pid, int) and _is_our_server(
-                pid, state.get("create_time"), data_dir / "nats"
-            ):
-                _kill(pid)
+def _stop_server(data_dir: Path) -> None:
+    """Kill the data dir's nats-server if the recorded pid is still ours."""
+    state = read_json(data_dir / "run" / "nats.json")
+    pid = state.get("pid")
+    if isinstance(pid, int) and _is_our_server(pid, state.get("create_time"), data_dir / "nats"):
+        _kill(pid)
 
 
 def nats_running(data_dir: Path | str) -> int | None:

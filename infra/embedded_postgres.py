@@ -29,6 +29,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, ClassVar
 from urllib.parse import quote
 
 from engramdb.infra.embedded_base import (
@@ -100,8 +101,11 @@ class PostgresHandle(ReleasableHandle):
     def pgdata(self) -> Path:
         return self.data_dir / "pg"
 
-    def _release(self, data_dir: Path, token: Path) -> None:
-        release_postgres(data_dir, token)
+    server: ClassVar[str] = "postgres"
+
+    @staticmethod
+    def _stop_server(data_dir: Path) -> None:
+        _stop_server(data_dir)
 
 
 # --------------------------------------------------------------------------- pg_ctl plumbing
@@ -269,6 +273,52 @@ def _stop_server(data_dir: Path) -> None:
 # --------------------------------------------------------------------------- public API
 
 
+def _cluster_state(
+    bin_dir: Path, pgdata: Path, state_path: Path, run_as: RunAs | None, fast_unsafe: bool
+) -> dict[str, Any]:
+    """The cluster's saved state (its superuser password, last port): a new cluster is
+    initialised here; an existing one must have its state file and be of our major version."""
+    state = read_json(state_path)
+    if not (pgdata / "PG_VERSION").exists():
+        recover_stale(pgdata)
+        state = {"password": secrets.token_urlsafe(24)}
+        _initdb(bin_dir, pgdata, state["password"], run_as, fast_unsafe)
+        return state
+    if "password" not in state:
+        raise EmbeddedServerError(
+            f"{state_path} is missing: cannot log in to the existing cluster in {pgdata}"
+        )
+    version = (pgdata / "PG_VERSION").read_text().strip()
+    if version != str(PG_MAJOR):
+        raise EmbeddedServerError(
+            f"{pgdata} holds a PostgreSQL {version} cluster; engramdb embeds {PG_MAJOR}"
+        )
+    return state
+
+
+def _postmaster(
+    bin_dir: Path,
+    pgdata: Path,
+    state: dict[str, Any],
+    registry: ClientRegistry,
+    run_as: RunAs | None,
+    fast_unsafe: bool,
+) -> tuple[int, int, Path | None, bool]:
+    """(pid, port, socket dir, started by us) of the cluster's postmaster, started if none
+    runs (on its last port when free; live owners keep their claim on the restarted server)."""
+    live = live_postmaster(pgdata)
+    if live is not None:
+        return live[0], live[1], _socket_dir_for(pgdata, live[1]), False
+    registry.prune()
+    recover_stale(pgdata)
+    port = pick_port(state.get("port"))
+    socket_dir = _start(bin_dir, pgdata, port, run_as, fast_unsafe)
+    live = live_postmaster(pgdata)
+    if live is None:
+        raise EmbeddedServerError(f"PostgreSQL did not come up; see {pgdata / 'server.log'}")
+    return live[0], port, socket_dir, True
+
+
 def ensure_postgres(
     data_dir: Path | str,
     *,
@@ -298,40 +348,12 @@ def ensure_postgres(
         else:
             pgdata.mkdir(mode=0o700, exist_ok=True)
         state_path = runs / "postgres.json"
-        state = read_json(state_path)
         registry = ClientRegistry(runs / "postgres-clients")
 
-        if not (pgdata / "PG_VERSION").exists():
-            recover_stale(pgdata)
-            state = {"password": secrets.token_urlsafe(24)}
-            _initdb(bin_dir, pgdata, state["password"], run_as, fast_unsafe)
-        elif "password" not in state:
-            raise EmbeddedServerError(
-                f"{state_path} is missing: cannot log in to the existing cluster in {pgdata}"
-            )
-        else:
-            version = (pgdata / "PG_VERSION").read_text().strip()
-            if version != str(PG_MAJOR):
-                raise EmbeddedServerError(
-                    f"{pgdata} holds a PostgreSQL {version} cluster; engramdb embeds {PG_MAJOR}"
-                )
-
-        live = live_postmaster(pgdata)
-        started = live is None
-        if live is None:
-            registry.prune()  # live owners keep their claim on the restarted server
-            recover_stale(pgdata)
-            port = pick_port(state.get("port"))
-            socket_dir = _start(bin_dir, pgdata, port, run_as, fast_unsafe)
-            live = live_postmaster(pgdata)
-            if live is None:
-                raise EmbeddedServerError(
-                    f"PostgreSQL did not come up; see {pgdata / 'server.log'}"
-                )
-        else:
-            port = live[1]
-            socket_dir = _socket_dir_for(pgdata, port)
-
+        state = _cluster_state(bin_dir, pgdata, state_path, run_as, fast_unsafe)
+        pid, port, socket_dir, started = _postmaster(
+            bin_dir, pgdata, state, registry, run_as, fast_unsafe
+        )
         handle = PostgresHandle(
             host="127.0.0.1",
             port=port,
@@ -340,17 +362,17 @@ def ensure_postgres(
             dbname=DEFAULT_DBNAME,
             data_dir=data_dir,
             socket_dir=socket_dir,
-            pid=live[0],
+            pid=pid,
             started=started,
         )
         if not wait_until(lambda: _can_connect(handle.url), 30, interval=0.2):
             raise EmbeddedServerError(
-                f"PostgreSQL (pid {live[0]}) is running but refuses connections; "
+                f"PostgreSQL (pid {pid}) is running but refuses connections; "
                 f"see {pgdata / 'server.log'}"
             )
         state.update(
             port=port,
-            pid=live[0],
+            pid=pid,
             system_user=run_as.name if run_as else None,
             bin_dir=str(bin_dir),
         )
@@ -359,18 +381,6 @@ def ensure_postgres(
     if stop_on_exit:
         atexit.register(handle.stop)
     return handle
-
-
-def release_postgres(data_dir: Path, token: Path) -> None:
-    """Drop one client token; stop the server if it was the last live client."""
-    runs = data_dir / "run"
-    if not runs.is_dir():  # data dir deleted meanwhile: nothing left to release
-        return
-    with file_lock(runs / "postgres.lock"):
-        registry = ClientRegistry(runs / "postgres-clients")
-        registry.unregister(token)
-        if registry.live_count() == 0:
-            _stop_server(data_dir)
 
 
 def postgres_running(data_dir: Path | str) -> int | None:

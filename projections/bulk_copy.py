@@ -248,33 +248,6 @@ def send_blocks(conn: psycopg.Connection[Any], statement: sql.Composed,
             copy.write(block)
 
 
-def copy_rows(
-    conn: psycopg.Connection[Any],
-    cache: psycopg.Connection[Any] | None,
-    schema: str,
-    table: Table,
-    rows: Iterable[tuple[Any, ...]],
-    model_id: str,
-    freeze: bool = False,
-) -> int:
-    """COPY ``rows`` (``table.row_columns`` order) into ``schema.table`` in binary; an embedded
-    table's rows get their cached vector (NULL if the cache lacks it, as the SQL join gave).
-    ``freeze``: the table was created in this transaction (rows land frozen: no later
-    hint-bit writes or anti-wraparound vacuum). Returns the number of rows."""
-    statement, columns = copy_statement(schema, table, freeze)
-    oids = column_oids(conn, schema, table.name, columns)
-    with conn.cursor() as curs, curs.copy(statement) as copy:
-        copy.set_types(oids)
-        if table.embedded_text is None:
-            count = 0
-            for row in rows:
-                copy.write_row(row)
-                count += 1
-            return count
-        assert cache is not None
-        return _write_embedded(copy, cache, table, rows, model_id)
-
-
 def _write_embedded(copy: Any, cache: psycopg.Connection[Any], table: Table,
                     rows: Iterable[tuple[Any, ...]], model_id: str,
                     missing: list[str] | None = None) -> int:

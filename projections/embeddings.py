@@ -46,18 +46,6 @@ class CountingEmbedder:
         return self.inner.embed_query(text)
 
 
-def missing_hashes(curs: Any, model_id: str, hashes: Iterable[str]) -> set[str]:
-    wanted = sorted(set(hashes))
-    if not wanted:
-        return set()
-    curs.execute(
-        "SELECT text_hash FROM mem_embedding_cache WHERE model_id = %s AND text_hash = ANY(%s)",
-        (model_id, wanted),
-    )
-    have = {row["text_hash"] if isinstance(row, dict) else row[0] for row in curs.fetchall()}
-    return set(wanted) - have
-
-
 def fill_cache_outside_transactions(
     datastore: Any,
     prepare: Callable[[Any], None],

@@ -28,7 +28,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -90,6 +90,58 @@ class RebuildReport(BaseModel):
         return self.events / busy if busy > 0 else 0.0
 
 
+@dataclass
+class _Tally:
+    """What one rebuild measured, stage by stage: the figures of its ``RebuildReport``."""
+
+    events: int = 0
+    read: float = 0.0
+    embed: float = 0.0
+    fold_load: float = 0.0
+    load: float = 0.0
+    key_index: float = 0.0
+    index: float = 0.0
+    swap: float = 0.0
+    blocked: float = 0.0
+    caught_up: int = 0
+    rows: dict[str, int] = field(default_factory=dict)
+
+    def loaded(self, loaded: FoldLoad) -> None:
+        self.events, self.read, self.embed = loaded.events, loaded.fold_seconds, loaded.fill_seconds
+        self.fold_load = loaded.seconds - loaded.fill_seconds
+
+    def built(self, built: ShadowBuild) -> None:
+        self.rows.update(built.rows)
+        self.load += built.load_seconds
+        self.fold_load += built.load_seconds - built.copy_seconds  # create + ANALYZE
+        self.key_index += built.key_index_seconds
+        self.index += built.index_seconds
+
+    def report(self, names: list[str], position: int | None, seconds: float,
+               counting: CountingEmbedder, model_id: str) -> RebuildReport:
+        return RebuildReport(
+            projections=names,
+            events=self.events,
+            position=position,
+            seconds=seconds,
+            events_per_sec=self.events / seconds if seconds > 0 else 0.0,
+            embed_calls=counting.calls,
+            texts_embedded=counting.texts,
+            rows=self.rows,
+            read_seconds=self.read,
+            embed_seconds=self.embed,
+            write_seconds=seconds - self.fold_load - self.embed,  # keys, indexes, catch-up, swap
+            index_seconds=self.index,
+            embedding_model=model_id,
+            load_seconds=self.load,
+            fold_load_seconds=self.fold_load,
+            key_index_seconds=self.key_index,
+            catch_up_events=self.caught_up,
+            swap_seconds=self.swap,
+            blocked_seconds=self.blocked,
+        )
+
+
 def rebuild(
     application_class: type[Any],
     env: dict[str, str],
@@ -108,11 +160,7 @@ def rebuild(
     conninfo = _conninfo(env)
     started = time.perf_counter()
     app = application_class(env)
-    read = embed = 0.0
-    events = 0
-    rows: dict[str, int] = {}
-    load = key_index = index = swap = blocked = fold_load = 0.0
-    caught_up = 0
+    tally = _Tally()
     try:
         with _rebuild_lock(conninfo, live):
             position = app.recorder.max_notification_id()
@@ -133,15 +181,8 @@ def rebuild(
                 for rm in read_models:
                     shadows[rm.name] = ShadowLoad(conninfo, live, rm, embedder.model_id,
                                                   embedder.dimensions, app.name, position)
+                fill = _cache_filler(env, conninfo, live, names, counting)
                 bar = _progress(progress, position)
-
-                def fill(texts: dict[str, list[str]]) -> bool:
-                    fresh = sum(_fill_embeddings(env, name, live, counting, texts.get(name, []))
-                                for name in names)
-                    if fresh:  # many fresh cache rows: give the planner statistics before the
-                        _analyze_cache(conninfo, live)  # load's lookups (index, not seq scan)
-                    return True  # in the cache now (embedded here, or by a projector): format again
-
                 if pool is not None:
                     loaded = FoldLoad(groups=len(plan))
                     t = time.perf_counter()
@@ -150,27 +191,14 @@ def rebuild(
                 else:
                     loaded = fold_and_load(stream, plan, read_models, shadows, fill, bar,
                                            fold=position is not None)
-                events, read, embed = loaded.events, loaded.fold_seconds, loaded.fill_seconds
-                fold_load = loaded.seconds - loaded.fill_seconds
+                tally.loaded(loaded)
                 if bar is not None:
                     bar.close()
                 for rm in read_models:
                     built = finish_shadow(shadows.pop(rm.name))
-                    rows.update(built.rows)
-                    load += built.load_seconds
-                    fold_load += built.load_seconds - built.copy_seconds  # create + ANALYZE
-                    key_index += built.key_index_seconds
-                    index += built.index_seconds
-                    catch_up = ShadowCatchUp(app, env, rm, counting, live, built.schema, position)
-                    try:
-                        result = swap_in(conninfo, catch_up, rm, live, built.schema,
-                                         embedder.model_id, embedder.dimensions)
-                    finally:
-                        catch_up.close()
-                        drop_shadow(conninfo, built.schema)
-                    caught_up += result.caught_up
-                    swap += result.seconds
-                    blocked += result.blocked_seconds
+                    tally.built(built)
+                    _catch_up_and_swap(app, env, conninfo, live, rm, built, counting, embedder,
+                                       position, tally)
             finally:
                 if pool is not None:
                     pool.close()
@@ -178,29 +206,39 @@ def rebuild(
                     shadow.close()
     finally:
         app.close()
-    done = time.perf_counter()
-    seconds = done - started
-    return RebuildReport(
-        projections=names,
-        events=events,
-        position=position,
-        seconds=seconds,
-        events_per_sec=events / seconds if seconds > 0 else 0.0,
-        embed_calls=counting.calls,
-        texts_embedded=counting.texts,
-        rows=rows,
-        read_seconds=read,
-        embed_seconds=embed,
-        write_seconds=seconds - fold_load - embed,  # keys, indexes, catch-up, swap
-        index_seconds=index,
-        embedding_model=embedder.model_id,
-        load_seconds=load,
-        fold_load_seconds=fold_load,
-        key_index_seconds=key_index,
-        catch_up_events=caught_up,
-        swap_seconds=swap,
-        blocked_seconds=blocked,
-    )
+    return tally.report(names, position, time.perf_counter() - started, counting,
+                        embedder.model_id)
+
+
+def _cache_filler(env: dict[str, str], conninfo: str, live: str, names: list[str],
+                  counting: CountingEmbedder) -> Callable[[dict[str, list[str]]], bool]:
+    """The fold's "embed these texts" callback: fills the embedding cache outside any
+    transaction, so the load that follows finds every vector by lookup."""
+
+    def fill(texts: dict[str, list[str]]) -> bool:
+        fresh = sum(_fill_embeddings(env, name, live, counting, texts.get(name, []))
+                    for name in names)
+        if fresh:  # many fresh cache rows: give the planner statistics before the
+            _analyze_cache(conninfo, live)  # load's lookups (index, not seq scan)
+        return True  # in the cache now (embedded here, or by a projector): format again
+
+    return fill
+
+
+def _catch_up_and_swap(app: Any, env: dict[str, str], conninfo: str, live: str, rm: ReadModel,
+                       built: ShadowBuild, counting: CountingEmbedder,
+                       embedder: EmbeddingProvider, position: int | None, tally: _Tally) -> None:
+    """Apply the events recorded since the load to the shadow, swap it in, drop the old."""
+    catch_up = ShadowCatchUp(app, env, rm, counting, live, built.schema, position)
+    try:
+        result = swap_in(conninfo, catch_up, rm, live, built.schema,
+                         embedder.model_id, embedder.dimensions)
+    finally:
+        catch_up.close()
+        drop_shadow(conninfo, built.schema)
+    tally.caught_up += result.caught_up
+    tally.swap += result.seconds
+    tally.blocked += result.blocked_seconds
 
 
 def finish_shadow(shadow: ShadowLoad) -> ShadowBuild:

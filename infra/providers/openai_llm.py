@@ -1,4 +1,4 @@
-"""``LLMProvider`` over any OpenAI-compatible chat-completions endpoint (SPEC §5).
+"""``LLMProvider`` over any OpenAI-compatible chat-completions endpoint (docs/spec.md §5).
 
 One class serves OpenAI itself and local servers (vLLM, llama.cpp, Ollama...) through
 ``base_url``. Retries are ours (see ``errors.call_with_retries``) so that the services see a

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
@@ -45,12 +44,6 @@ def last_user_content(messages: Sequence[dict[str, Any]]) -> str:
                 return "".join(p.get("text", "") for p in content if isinstance(p, dict))
             return str(content)
     return ""
-
-
-def messages_hash(messages: Sequence[dict[str, Any]]) -> str:
-    """Alternative key: sha256 of the whole conversation (stable JSON)."""
-    blob = json.dumps(list(messages), sort_keys=True, ensure_ascii=False)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Extractors: turn one message (plus what memory already knows) into proposed facts.
 
-SPEC §2 step 3. An extractor *proposes*; entity resolution and reconciliation in the
+docs/spec.md §2 step 3. An extractor *proposes*; entity resolution and reconciliation in the
 domain *decide*. Extractors are fail-safe: whatever goes wrong (timeout, provider error,
 malformed JSON) they return an empty :class:`Extraction` plus an error text, never raise,
 because memory must never crash the caller's main flow. The raw LLM output is returned

@@ -1,10 +1,10 @@
-"""The LLM extractor: one JSON-schema-constrained chat call per message (SPEC §2 step 3).
+"""The LLM extractor: one JSON-schema-constrained chat call per message (docs/spec.md §2 step 3).
 
 Why it is built this way:
 
 * **Informed extraction** — the prompt shows the known entities and the known facts *with
   their ids*, so the model can say "this UPDATEs fact X" instead of producing a duplicate.
-  The context is capped at ~800 tokens (SPEC: ``context budget 800 tokens``).
+  The context is capped at ~800 tokens (docs/spec.md: ``context budget 800 tokens``).
 * **Strict JSON schema** — derived from the :class:`~domain.extraction.Extraction` model
   and post-processed for OpenAI strict mode (every property required, nullable instead of
   optional, ``additionalProperties: false``, no unsupported keywords).

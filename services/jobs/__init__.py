@@ -1,4 +1,4 @@
-"""Sleep-time jobs (SPEC §4, issue 12, ADR-0019): one module per job, registered here.
+"""Sleep-time jobs (docs/spec.md §4, issue 12, ADR-0019): one module per job, registered here.
 
 Adding a job is one module with ``JOB = Job(...)`` and one line below; the runner, the CLI
 (``engramdb jobs run``) and ``serve --role jobs`` all iterate ``JOBS``, in this order (the

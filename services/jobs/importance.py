@@ -1,6 +1,6 @@
 """Job ``importance``: a score per active fact and entity → ``ImportanceAssessed``.
 
-Rule ``importance-v1`` (SPEC §4; weights in ADR-0019). Each input is a signal in [0, 1]:
+Rule ``importance-v1`` (docs/spec.md §4; weights in ADR-0019). Each input is a signal in [0, 1]:
 - usage: retrieval frequency ``1 - e^(-n/5)`` and recency of use (half-life 30 days);
 - correction: the fact is the user's correction of a stored fact (``CorrectionNoted``);
 - reinforcement: confirmations ``1 - e^(-k/3)``;

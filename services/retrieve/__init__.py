@@ -1,4 +1,4 @@
-"""The read pipeline (SPEC §3): ``Retriever(pool, embedder, llm=None).retrieve(agent_id, query)``.
+"""The read pipeline (docs/spec.md §3): ``Retriever(pool, embedder, llm=None).retrieve(agent_id, query)``.
 
 Modules: ``config`` (every knob), ``models`` (plan/result shapes), ``planner`` (deterministic
 plan), ``signals`` (SQL candidate generators), ``rank`` (merge & score), ``spreading_activation``

@@ -97,12 +97,12 @@ def format_with(call: Call, directives: Sequence[Directive], fmt: Callable[[Call
     """The section first, then ``fmt`` (every other section) within the rest of the budget."""
     if not directives:
         return fmt(call)
-    total = call.cfg.context_max_tokens
+    total = call.cfg.context.context_max_tokens
     need = approx_tokens(HEADER) + sum(approx_tokens(_line(d)) + 1 for d in directives)
     reserve = min(need, max(1, int(total * DIRECTIVE_SHARE)))
     text, shown = section(directives, reserve)
     inner = dataclasses.replace(
-        call, cfg=call.cfg.model_copy(update={"context_max_tokens": max(0, total - reserve)})
+        call, cfg=call.cfg.with_overrides({"context_max_tokens": max(0, total - reserve)})
     )
     rest = fmt(inner)
     call.trace.note(directives_shown=shown)

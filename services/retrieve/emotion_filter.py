@@ -22,7 +22,7 @@ _SQL = (
 
 def apply(pool: Any, call: Call, ranked: list[Candidate],
           events: list[EventCandidate]) -> tuple[list[Candidate], list[EventCandidate]]:
-    wanted = call.cfg.emotions
+    wanted = call.cfg.filters.emotions
     if not wanted:
         return ranked, events
     ids = {e.message_id for e in events} | {m for c in ranked for m in c.row.source_message_ids}

@@ -1,4 +1,4 @@
-"""Format (SPEC §3.6): the prompt-ready context string within a token budget.
+"""Format (docs/spec.md §3.6): the prompt-ready context string within a token budget.
 
 Layout (empty sections are omitted; nothing at all gives ``""``)::
 
@@ -56,11 +56,11 @@ def format_context(
     events: Sequence[tuple[datetime, str, str | None]],
     cfg: RetrieveConfig,
 ) -> Formatted:
-    total = cfg.context_max_tokens
+    total = cfg.context.context_max_tokens
     if total <= 0:
         return Formatted("", 0)
-    hot_budget = int(total * cfg.hot_tier_ratio)
-    warm_budget = int(total * cfg.warm_tier_ratio)
+    hot_budget = int(total * cfg.context.hot_tier_ratio)
+    warm_budget = int(total * cfg.context.warm_tier_ratio)
     out = Formatted("", 0, budget={"total": total, "hot": hot_budget, "warm": warm_budget})
 
     fact_lines: list[str] = []
@@ -90,7 +90,7 @@ def format_context(
 
     event_lines: list[str] = []
     for occurred_at, text, speaker in events:
-        line = event_line(occurred_at, text, cfg.event_max_chars, speaker if cfg.event_show_speaker else None)
+        line = event_line(occurred_at, text, cfg.context.event_max_chars, speaker if cfg.context.event_show_speaker else None)
         cost = count_tokens(line)
         if cost > remaining and (event_lines or fact_lines):
             break

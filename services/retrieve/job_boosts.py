@@ -35,7 +35,7 @@ def cited_by_patterns(conn: Any, agent_id: str, fact_ids: list[str], as_of: Any)
 def reweight(pool: Any, call: Call, ranked: list[Candidate],
              events: list[EventCandidate]) -> tuple[list[Candidate], list[EventCandidate]]:
     """The two levers applied (in place) and both lists re-sorted; untouched when both are 0."""
-    imp, pat = call.cfg.importance_boost, call.cfg.pattern_fact_boost
+    imp, pat = call.cfg.scoring.importance_boost, call.cfg.scoring.pattern_fact_boost
     if imp <= 0.0 and pat <= 0.0:
         return ranked, events
     cited: set[str] = set()

@@ -1,4 +1,4 @@
-"""Public shapes of the read pipeline: the plan, scored items and the result (SPEC §3.1, §3.7).
+"""Public shapes of the read pipeline: the plan, scored items and the result (docs/spec.md §3.1, §3.7).
 
 Pydantic so that the HTTP and NATS surfaces can serialise them as they are.
 """

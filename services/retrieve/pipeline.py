@@ -1,5 +1,5 @@
 """``Retriever``: Plan → Retrieve (signals, concurrently) → Merge & rank → Enhance → Rerank
-→ Format (SPEC §3). Reads only the projections (read models), never the event store.
+→ Format (docs/spec.md §3). Reads only the projections (read models), never the event store.
 
 Concurrency (ADR 0006, ADR-0010): the query embedding runs on an embedding thread while the
 fact signals run in sequence on ONE connection from the read pool (plan → graph → aggregation
@@ -139,8 +139,8 @@ class Retriever:
 
     def similarity_floor(self, cfg: RetrieveConfig) -> float:
         """Per-model noise floor: config → constructor → the embedder's own (its port)."""
-        if cfg.similarity_floor is not None:
-            return cfg.similarity_floor
+        if cfg.filters.similarity_floor is not None:
+            return cfg.filters.similarity_floor
         if self._floor_override is not None:
             return self._floor_override
         return float(self.embedder.similarity_floor)
@@ -170,11 +170,11 @@ class Retriever:
         if not isinstance(query, str):
             raise ValueError("query must be a string")
         as_of = _utc(as_of)
-        q = sanitize_query(query, cfg.max_query_chars)
+        q = sanitize_query(query, cfg.candidates.max_query_chars)
         trace = Trace(query, q)
         plan_start = time.perf_counter()
         analysis = analyze_query(q)
-        if not q or analysis.greeting:  # no DB, no LLM (SPEC §3.1)
+        if not q or analysis.greeting:  # no DB, no LLM (docs/spec.md §3.1)
             plan = build_plan(analysis, None)
             trace.timings["plan"] = ms(plan_start)
             return RetrieveResult(agent_id=agent_id, query=q, plan=plan, as_of=as_of,
@@ -187,12 +187,12 @@ class Retriever:
             plan, anchor, ranked, n_fact_candidates, f_events = self._fact_stages(call, conn)
         f_patterns = self._prefetch_patterns(call, ranked)
         events, event_rows = self._events(call, f_events, anchor)
-        if cfg.ranking == "rrf":
-            if tail_lists.enabled(cfg.rrf_weights):
+        if cfg.scoring.ranking == "rrf":
+            if tail_lists.enabled(cfg.fusion.rrf_weights):
                 ranked, events = self._tail(call, ranked, events, anchor)
             else:
                 ranked, events = self._fuse(call, ranked, events, anchor)
-            if cfg.decompose:
+            if cfg.fusion.decompose:
                 ranked, events = self._decomposed(call, ranked, events, anchor)
         with trace.stage("rerank"):
             ranked, events, rerank_trace = rerank_candidates(self.llm, q, ranked, events, cfg)
@@ -245,7 +245,7 @@ class Retriever:
         plan_start: float,
     ) -> Call:
         """Keyword words and the similarity floor; the query embedding starts in a worker."""
-        words = signals.keyword_words(q, cfg.keyword_max_words, cfg.keyword_min_word_len)
+        words = signals.keyword_words(q, cfg.candidates.keyword_max_words, cfg.candidates.keyword_min_word_len)
         trace.note(keyword_words=words)
         floor = self.similarity_floor(cfg)
         trace.note(similarity_floor=floor,
@@ -263,7 +263,7 @@ class Retriever:
         call.modes = self._keyword_modes
         call.small = self._size_gate.verdicts(conn, call.agent_id)
         call.trace.note(keyword_mode=call.modes)
-        f_events = self._workers.submit(self._events_signal, call) if call.cfg.topk_events > 0 else None
+        f_events = self._workers.submit(self._events_signal, call) if call.cfg.sizes.topk_events > 0 else None
         f_side, keyword = self._start_side_signals(call, conn)
         names = load_names(conn, call.agent_id, call.analysis)
         swept = subject_sweep.start(call, names, lambda text: self._workers.embed(self._embed, text))
@@ -273,8 +273,8 @@ class Retriever:
         plan, lookup, anchor = plan_stage(call, conn, names)
         # graph and spreading only feed the formula and the graph list: when rank fusion gives
         # both no weight, their statements would be spent on nothing
-        structure = call.cfg.ranking == "formula" or any(
-            call.cfg.rrf_weights.get(name, 0.0) > 0.0 for name in ("fact_graph", "fact_formula"))
+        structure = call.cfg.scoring.ranking == "formula" or any(
+            call.cfg.fusion.rrf_weights.get(name, 0.0) > 0.0 for name in ("fact_graph", "fact_formula"))
         graph_hits, graph_nodes = self._graph(call, conn, plan, lookup, anchor) if structure else ([], {})
         with call.trace.stage("aggregation"):
             aggregation = signals.aggregation_facts(conn, call.agent_id, plan.pattern_queries, call.cfg, call.as_of)
@@ -300,7 +300,7 @@ class Retriever:
         for fid in swept_ids:
             signal_map.setdefault(fid, {})
         ranked, n_merged = self._hydrate_and_rank(call, conn, signal_map, structural, qvec, anchor)
-        if not self._workers.concurrent and call.cfg.topk_events > 0:  # no workers: messages here
+        if not self._workers.concurrent and call.cfg.sizes.topk_events > 0:  # no workers: messages here
             f_events = done(self._events_on(conn, call))
         if not structure:
             call.trace.note(spreading_candidates_returned=0, spreading_candidates_unique=0, spreading_entities={})
@@ -325,7 +325,7 @@ class Retriever:
 
     @staticmethod
     def _keyword_facts(conn: Any, call: Call) -> list[tuple[str, float]]:
-        if call.cfg.ranking == "rrf":
+        if call.cfg.scoring.ranking == "rrf":
             return bm25_fact_signal(conn, call)
         return signals.keyword_facts(conn, call.agent_id, call.words, call.cfg, call.as_of, call.modes["mem_facts"])
 
@@ -354,13 +354,13 @@ class Retriever:
     def _events_on(self, conn: Any, call: Call) -> EventsOut:
         bm25_ms = 0.0
         bm25_found = None
-        if call.cfg.ranking == "rrf":  # BM25 needs no vector: read while it is embedded (ADR-0042)
+        if call.cfg.scoring.ranking == "rrf":  # BM25 needs no vector: read while it is embedded (ADR-0042)
             bm25_start = time.perf_counter()
             bm25_found = message_bm25(conn, call)
             bm25_ms = ms(bm25_start)
         qv = call.query_vector()
         ev_start = time.perf_counter()
-        if call.cfg.ranking == "rrf":
+        if call.cfg.scoring.ranking == "rrf":
             sig, rows_ = message_signals(conn, call, qv, self.exact_search_rows, bm25_found)
         else:
             sig, rows_ = signals.message_events(
@@ -447,7 +447,7 @@ class Retriever:
         """Facts and turns in one reciprocal-rank fusion of the signals' rankings (ADR-0009),
         then the time and diversity levers when switched on (ADR-0021)."""
         with call.trace.stage("fuse"):
-            ranked, events, counts = fuse_candidates(call.lists, call.cfg.rrf_weights, call.cfg.rrf_k, ranked, events,
+            ranked, events, counts = fuse_candidates(call.lists, call.cfg.fusion.rrf_weights, call.cfg.fusion.rrf_k, ranked, events,
                                                      **self._fusion_settings(call, ranked, anchor))
         call.trace.count(**counts)
         return ranked, events
@@ -457,7 +457,7 @@ class Retriever:
         formula's order, not its own) and the call's fusion arguments beside the lists."""
         cfg = call.cfg
         if call.windows is None:
-            call.windows = time_windows(call.query, anchor) if cfg.time_boost > 0.0 else []
+            call.windows = time_windows(call.query, anchor) if cfg.fusion.time_boost > 0.0 else []
             if call.windows:
                 call.trace.note(time_windows=[str(w) for w in call.windows])
         if "fact_formula" not in call.lists:
@@ -465,11 +465,11 @@ class Retriever:
             linked = [c for c in ranked if max(c.signals.get("graph", 0.0), c.signals.get("spreading", 0.0)) > 0.0]
             linked.sort(key=lambda c: (-max(c.signals.get("graph", 0.0), c.signals.get("spreading", 0.0)), c.fact_id))
             call.lists["fact_graph"] = (FACT, [c.fact_id for c in linked])
-        return {"diversity_penalty": cfg.diversity_penalty, "time_windows": call.windows,
-                "time_boost": cfg.time_boost, "diversity_free": cfg.diversity_free,
-                "diversity_start": cfg.diversity_start,
+        return {"diversity_penalty": cfg.fusion.diversity_penalty, "time_windows": call.windows,
+                "time_boost": cfg.fusion.time_boost, "diversity_free": cfg.fusion.diversity_free,
+                "diversity_start": cfg.fusion.diversity_start,
                 "tail_lists": subject_sweep.PERSON_LISTS + tail_lists.TAIL_LISTS,
-                "tail_start": cfg.person_lists_from, "memo": call.placements}
+                "tail_start": cfg.sweeps.person_lists_from, "memo": call.placements}
 
     def _top_units(
         self, call: Call, ranked: list[Candidate], events: list[EventCandidate], anchor: datetime, n: int
@@ -477,10 +477,10 @@ class Retriever:
         """The first fusion's top ``n`` (the tail lists' anchors) from its head's placement
         (``fusion.head_units``); the full fusion only when the top reaches below the head."""
         settings = self._fusion_settings(call, ranked, anchor)
-        units = head_units(call.lists, call.cfg.rrf_weights, call.cfg.rrf_k, ranked, events, n, **settings)
+        units = head_units(call.lists, call.cfg.fusion.rrf_weights, call.cfg.fusion.rrf_k, ranked, events, n, **settings)
         if units is not None:
             return units
-        fused, fused_events, _ = fuse_candidates(call.lists, call.cfg.rrf_weights, call.cfg.rrf_k,
+        fused, fused_events, _ = fuse_candidates(call.lists, call.cfg.fusion.rrf_weights, call.cfg.fusion.rrf_k,
                                                  ranked, events, **settings)
         return tail_lists.top_units(fused, fused_events, n)
 
@@ -498,28 +498,28 @@ class Retriever:
         sources = {c.fact_id: c.row.source_message_ids for c in candidates}
         turn_rows: dict[str, tuple[Any, ...]] = {}
         with trace.stage("tail_lists"), self.pool.connection() as conn:
-            if qvec is not None and tail_lists.enabled(cfg.rrf_weights, tail_lists.FEEDBACK_LISTS):
+            if qvec is not None and tail_lists.enabled(cfg.fusion.rrf_weights, tail_lists.FEEDBACK_LISTS):
                 fb = tail_lists.feedback(
                     conn, call.agent_id, qvec, self._top_units(call, candidates, candidate_events, anchor,
-                                                               cfg.feedback_depth),
-                    beta=cfg.feedback_beta, as_of=call.as_of, min_confidence=cfg.min_confidence,
-                    limit=cfg.candidate_pool, ef_search=cfg.hnsw_ef_search, exact_rows=self.exact_search_rows)
+                                                               cfg.tail_lists.feedback_depth),
+                    beta=cfg.tail_lists.feedback_beta, as_of=call.as_of, min_confidence=cfg.filters.min_confidence,
+                    limit=cfg.candidates.candidate_pool, ef_search=cfg.candidates.hnsw_ef_search, exact_rows=self.exact_search_rows)
                 out.fact_ids, out.message_ids = fb.fact_ids, fb.message_ids
-            if tail_lists.enabled(cfg.rrf_weights, tail_lists.NEIGHBOUR_LISTS):
-                top = self._top_units(call, candidates, candidate_events, anchor, cfg.neighbour_depth)
+            if tail_lists.enabled(cfg.fusion.rrf_weights, tail_lists.NEIGHBOUR_LISTS):
+                top = self._top_units(call, candidates, candidate_events, anchor, cfg.tail_lists.neighbour_depth)
                 anchors = tail_lists.anchor_turns(top, sources)
-                how = cfg.neighbour_speakers
+                how = cfg.tail_lists.neighbour_speakers
                 if how == "named-list":
                     how = "named" if subject_sweep.is_list_question(call.query) else "all"
                 named = call.subject_speakers if how != "all" else ()
-                near = tail_lists.neighbours(conn, call.agent_id, anchors, cfg.neighbour_span, call.as_of, qvec,
+                near = tail_lists.neighbours(conn, call.agent_id, anchors, cfg.tail_lists.neighbour_span, call.as_of, qvec,
                                              named)
-                first, then = tail_lists.by_speaker(near.pairs, cfg.neighbour_span, how if named else "all")
-                ordered = tail_lists.order_neighbours(anchors, first, cfg.neighbour_order)
+                first, then = tail_lists.by_speaker(near.pairs, cfg.tail_lists.neighbour_span, how if named else "all")
+                ordered = tail_lists.order_neighbours(anchors, first, cfg.tail_lists.neighbour_order)
                 seen = set(ordered)
-                ordered += [m for m in tail_lists.order_neighbours(anchors, then, cfg.neighbour_order)
+                ordered += [m for m in tail_lists.order_neighbours(anchors, then, cfg.tail_lists.neighbour_order)
                             if m not in seen]
-                out.neighbour_ids = ordered[: cfg.candidate_pool]
+                out.neighbour_ids = ordered[: cfg.candidates.candidate_pool]
                 turn_rows = near.rows
             ranked, events = list(candidates), list(candidate_events)
             known_facts = {c.fact_id for c in ranked}
@@ -560,13 +560,13 @@ class Retriever:
                     _, sub_anchor, sub_ranked, _, f_events = self._fact_stages(sub, conn)
                 sub_events, _ = self._events(sub, f_events, sub_anchor)
                 runs.append(self._fuse(sub, sub_ranked, sub_events, sub_anchor))
-            facts, evs = fuse_runs(runs, call.cfg.rrf_k)
+            facts, evs = fuse_runs(runs, call.cfg.fusion.rrf_k)
         return facts, evs
 
     def _prefetch_patterns(self, call: Call, candidates: list[Candidate]) -> Future[signals.PatternsNear] | None:
         """The patterns of every candidate fact, on a worker beside the last stages (ADR-0041);
         ``_patterns`` then picks those of the facts it returns without a round trip."""
-        if call.cfg.topk_patterns <= 0:
+        if call.cfg.sizes.topk_patterns <= 0:
             return None
         return self._workers.submit(self._patterns_near, call, [c.fact_id for c in candidates])
 
@@ -578,14 +578,14 @@ class Retriever:
         self, call: Call, facts: list[ScoredFact], events: list[ScoredEvent],
         f_near: Future[signals.PatternsNear] | None = None,
     ) -> list[ScoredPattern]:
-        if call.cfg.topk_patterns <= 0 or not (facts or events):
+        if call.cfg.sizes.topk_patterns <= 0 or not (facts or events):
             return []
         fact_ids = [f.fact_id for f in facts]
         found = None if f_near is None else signals.patterns_from(f_near.result(), fact_ids, call.words,
-                                                                 call.cfg.topk_patterns)
+                                                                 call.cfg.sizes.topk_patterns)
         if found is None:  # no worker, or a returned fact the prefetch was not asked about
             with self.pool.connection() as conn:
-                found = signals.patterns_for(conn, call.agent_id, fact_ids, call.words, call.cfg.topk_patterns,
+                found = signals.patterns_for(conn, call.agent_id, fact_ids, call.words, call.cfg.sizes.topk_patterns,
                                              call.as_of)
         return [ScoredPattern(pattern_id=pid, text=text, score=round(conf, 6), supporting_fact_ids=support)
                 for pid, text, conf, support, _overlap in found]

@@ -1,4 +1,4 @@
-"""Deterministic planner (SPEC §3.1): no LLM, same query + same memory ⇒ same plan.
+"""Deterministic planner (docs/spec.md §3.1): no LLM, same query + same memory ⇒ same plan.
 
 Split in three so the decisions are pure and testable without a database:
 ``analyze_query`` (pure: greeting / aggregation / broad detection, n-grams),

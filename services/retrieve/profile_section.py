@@ -1,10 +1,10 @@
 """Entity profiles in the retrieve context (ADR-0030): "About <entity>" for what the query names.
 
-``RetrieveConfig.profiles_in_context`` (default off: SPEC §3.6 says profiles are not
+``RetrieveConfig.context.profiles_in_context`` (default off: docs/spec.md §3.6 says profiles are not
 injected, and LoCoMo's evidence recall cannot see a context-only section — ADR-0030). When on,
 the entities the planner found *in the query* (deterministic, not expansions) that have a
 profile (``ProfileRefreshed`` → ``mem_entities.profile_text``) are returned in
-``RetrieveResult.profiles`` and written as one section after the SPEC's three::
+``RetrieveResult.profiles`` and written as one section after the three of docs/spec.md §3.6::
 
     Known facts: ...
     Observed patterns: ...
@@ -12,7 +12,7 @@ profile (``ProfileRefreshed`` → ``mem_entities.profile_text``) are returned in
     About Caroline:
     - Caroline (person): ...
 
-After them, so a reader of the SPEC layout finds its sections where it expects them. Budget:
+After them, so a reader of the spec's layout finds its sections where it expects them. Budget:
 the section reserves at most ``PROFILE_SHARE`` of ``context_max_tokens`` (the other sections
 are formatted within the rest), each profile cut to what fits; nothing is reserved when no
 profile applies. Profiles are not bi-temporal: an as-of retrieval gets none.
@@ -40,7 +40,7 @@ SELECT entity_key, display_name, profile_text, coalesce(profile_method, '')
 
 def profiles_for(pool: Any, call: Call, plan: RetrievalPlan) -> list[EntityProfile]:
     """Profiles of the entities the query names, in the plan's order (none when off)."""
-    if not call.cfg.profiles_in_context or call.as_of is not None:
+    if not call.cfg.context.profiles_in_context or call.as_of is not None:
         return []
     keys = [e.entity_key for e in plan.entities if e.source == "deterministic"]
     if not keys:
@@ -81,11 +81,11 @@ def section(profiles: list[EntityProfile], budget: int) -> tuple[str, int]:
 
 
 def format_with(call: Call, profiles: list[EntityProfile], fmt: Callable[[Call], str]) -> str:
-    """``fmt`` (the SPEC sections) within the budget less the profiles' reserve, then the
+    """``fmt`` (the spec's sections) within the budget less the profiles' reserve, then the
     section in what is left."""
     if not profiles:
         return fmt(call)
-    total = call.cfg.context_max_tokens
+    total = call.cfg.context.context_max_tokens
     reserve = reserved_tokens(profiles, total)
     inner = dataclasses.replace(call, cfg=call.cfg.model_copy(update={"context_max_tokens": total - reserve}))
     context = fmt(inner)

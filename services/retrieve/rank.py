@@ -1,4 +1,4 @@
-"""Merge & rank (SPEC §3.3): one score per candidate, explained in ``scores``.
+"""Merge & rank (docs/spec.md §3.3): one score per candidate, explained in ``scores``.
 
 ``score = relevance·(w_sem + w_rec·recency) + w_imp·importance + pattern`` where
 ``relevance = 1 − (1 − semantic)·Π(1 − w_s·signal_s)`` fuses the semantic score with the
@@ -28,7 +28,7 @@ def calibrated(cosine: float | None, floor: float, cfg: RetrieveConfig) -> float
     if cosine is None or floor >= 1.0:
         return 0.0
     value = max(0.0, (cosine - floor) / (1.0 - floor))
-    return min(1.0, value) if value >= cfg.min_similarity else 0.0
+    return min(1.0, value) if value >= cfg.filters.min_similarity else 0.0
 
 
 def fuse(semantic: float, signals: dict[str, float], cfg: RetrieveConfig) -> float:
@@ -45,13 +45,13 @@ def pattern_boost(reinforcement_count: int, cfg: RetrieveConfig) -> float:
     3 ≈ +0.06, 10 ≈ +0.10."""
     if reinforcement_count <= 0:
         return 0.0
-    return cfg.pattern_boost_max * (1.0 - math.exp(-reinforcement_count / 3.0))
+    return cfg.scoring.pattern_boost_max * (1.0 - math.exp(-reinforcement_count / 3.0))
 
 
 def effective_confidence(confidence: float, anchor: datetime, when: datetime | None, cfg: RetrieveConfig) -> float:
     """Confidence decays slowly with age, never below ``confidence_decay_floor`` of itself."""
-    share = cfg.confidence_decay_floor + (1.0 - cfg.confidence_decay_floor) * decay(
-        anchor, when, cfg.confidence_half_life_days
+    share = cfg.scoring.confidence_decay_floor + (1.0 - cfg.scoring.confidence_decay_floor) * decay(
+        anchor, when, cfg.scoring.confidence_half_life_days
     )
     return confidence * share
 
@@ -74,9 +74,9 @@ class Candidate:
 def score_candidate(cand: Candidate, cfg: RetrieveConfig, floor: float, anchor: datetime) -> None:
     row = cand.row
     semantic = calibrated(row.cosine, floor, cfg)
-    recency = decay(anchor, row.valid_from, cfg.recency_half_life_days)
+    recency = decay(anchor, row.valid_from, cfg.scoring.recency_half_life_days)
     if cand.structural_graph > 0.0:
-        cand.signals["graph"] = min(1.0, cand.structural_graph * floored_decay(anchor, row.valid_from, cfg.recency_half_life_days))
+        cand.signals["graph"] = min(1.0, cand.structural_graph * floored_decay(anchor, row.valid_from, cfg.scoring.recency_half_life_days))
     relevance = fuse(semantic, cand.signals, cfg)
     pattern = pattern_boost(row.reinforcement_count, cfg)
     formula = (
@@ -116,7 +116,7 @@ def rank(cands: list[Candidate], cfg: RetrieveConfig, floor: float, anchor: date
     dropped = 0
     for cand in cands:
         score_candidate(cand, cfg, floor, anchor)
-        if cand.scores["confidence"] < cfg.min_confidence:
+        if cand.scores["confidence"] < cfg.filters.min_confidence:
             dropped += 1
             continue
         kept.append(cand)
@@ -143,7 +143,7 @@ def score_event(ev: EventCandidate, cfg: RetrieveConfig, floor: float, anchor: d
     a fact with the same relevance and age score the same."""
     semantic = calibrated(ev.cosine, floor, cfg)
     relevance = fuse(semantic, {"keyword": ev.keyword}, cfg)
-    recency = decay(anchor, ev.occurred_at, cfg.recency_half_life_days)
+    recency = decay(anchor, ev.occurred_at, cfg.scoring.recency_half_life_days)
     formula = (
         relevance * (cfg.weight("semantic") + cfg.weight("recency") * recency)
         + cfg.weight("importance") * 0.5

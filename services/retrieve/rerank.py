@@ -1,4 +1,4 @@
-"""Rerank (SPEC §3.5): an LLM judges the top candidates for the query's intent.
+"""Rerank (docs/spec.md §3.5): an LLM judges the top candidates for the query's intent.
 
 ``final = formula × (floor + w × reranker)``, ``floor = 1 − w``; a reranker score under
 ``min_reranker_score`` vetoes the item (final 0). Facts *and* conversation turns are judged

@@ -1,4 +1,4 @@
-"""Enhance (SPEC §3.4): spreading activation from the best seed facts along relationships.
+"""Enhance (docs/spec.md §3.4): spreading activation from the best seed facts along relationships.
 
 Activation starts at each seed's relevance on the entities the seed mentions, flows to up to
 ``spreading_max_related_entities`` neighbours (× decay) and once more (× decay²); every
@@ -52,27 +52,27 @@ def spread(
     as_of: datetime | None,
 ) -> SpreadResult:
     out = SpreadResult()
-    if cfg.spreading_activation_hops <= 0 or cfg.spreading_facts_per_entity <= 0 or not ranked:
+    if cfg.spreading.spreading_activation_hops <= 0 or cfg.spreading.spreading_facts_per_entity <= 0 or not ranked:
         return out
-    seeds = ranked[: cfg.spreading_seed_facts]
+    seeds = ranked[: cfg.spreading.spreading_seed_facts]
     seeds = [c for c in seeds if c.relevance > 0.0]
     if not seeds:
         return out
     level = seed_entities(conn, agent_id, seeds)
     visited = set(level)
     entity_act: dict[str, float] = {}
-    for hop in range(1, cfg.spreading_activation_hops + 1):
-        if not level or cfg.spreading_max_related_entities <= 0:
+    for hop in range(1, cfg.spreading.spreading_activation_hops + 1):
+        if not level or cfg.spreading.spreading_max_related_entities <= 0:
             break
-        edges, _ = load_edges(conn, agent_id, sorted(level), as_of, cfg.spreading_max_related_entities)
+        edges, _ = load_edges(conn, agent_id, sorted(level), as_of, cfg.spreading.spreading_max_related_entities)
         cand: dict[str, float] = {}
         for e in edges:
             if e.neighbour in visited:
                 continue
-            value = level[e.seed] * cfg.spreading_decay_factor
+            value = level[e.seed] * cfg.spreading.spreading_decay_factor
             if value > cand.get(e.neighbour, 0.0):
                 cand[e.neighbour] = value
-        chosen = sorted(cand.items(), key=lambda kv: (-kv[1], kv[0]))[: cfg.spreading_max_related_entities]
+        chosen = sorted(cand.items(), key=lambda kv: (-kv[1], kv[0]))[: cfg.spreading.spreading_max_related_entities]
         level = dict(chosen)
         visited.update(level)
         entity_act.update(level)
@@ -80,7 +80,7 @@ def spread(
     if not entity_act:
         return out
     rows, specific = linked_with_specificity(
-        conn, agent_id, sorted(entity_act), cfg.spreading_facts_per_entity, cfg, as_of, order="important"
+        conn, agent_id, sorted(entity_act), cfg.spreading.spreading_facts_per_entity, cfg, as_of, order="important"
     )
     out.returned = len(rows)
     for key, fid in rows:

@@ -106,12 +106,12 @@ def plan_stage(
     stage when that ran inline."""
     trace = call.trace
     lookup: PlannerLookup = load_lookup(conn, call.agent_id, call.analysis, call.as_of,
-                                        communities=call.cfg.community_expansion, names=names)
+                                        communities=call.cfg.planner.community_expansion, names=names)
     if call.as_of is not None:
         anchor, anchor_source = call.as_of, "as_of"
     else:
         anchor, anchor_source = recency_anchor(conn, call.agent_id)
-    plan = build_plan(call.analysis, lookup, call.cfg.planner_expansion_limit)
+    plan = build_plan(call.analysis, lookup, call.cfg.planner.planner_expansion_limit)
     trace.timings["plan"] = ms(call.plan_start) - trace.timings.get("keyword", 0.0)
     trace.note(
         recency_anchor=anchor.isoformat(),
@@ -131,21 +131,21 @@ def select(
     cfg = call.cfg
     # a fused score is a rank-based share, not a relevance: min_score applies to it only
     # once the reranker has judged the candidates
-    min_score = cfg.min_score if cfg.ranking == "formula" or call.reranked else 0.0
-    if cfg.low_vitality_weight < 1.0:  # ADR-0022: flagged facts step back, never vanish
+    min_score = cfg.filters.min_score if cfg.scoring.ranking == "formula" or call.reranked else 0.0
+    if cfg.scoring.low_vitality_weight < 1.0:  # ADR-0022: flagged facts step back, never vanish
         for c in ranked:
             if c.row.low_vitality:
-                c.final *= cfg.low_vitality_weight
+                c.final *= cfg.scoring.low_vitality_weight
         ranked = sorted(ranked, key=lambda c: (-round(c.final, 9), c.fact_id))
     before = len(ranked)
     ranked = [c for c in ranked if c.final >= min_score and c.final > 0.0]
     call.trace.count(dropped_min_score=before - len(ranked))
-    top = ranked[: cfg.topk_facts]
+    top = ranked[: cfg.sizes.topk_facts]
     # a turn that is the source of a returned fact adds little the fact does not say:
     # leave its place to another conversation (less repetition, more coverage)
-    covered = {m for c in top for m in c.row.source_message_ids} if cfg.dedupe_events else set()
+    covered = {m for c in top for m in c.row.source_message_ids} if cfg.context.dedupe_events else set()
     events = [e for e in events if e.final >= min_score and e.final > 0.0
-              and e.message_id not in covered][: cfg.topk_events]
+              and e.message_id not in covered][: cfg.sizes.topk_events]
     facts = [
         ScoredFact(
             fact_id=c.fact_id,
@@ -191,12 +191,12 @@ def rerank_candidates(
 ) -> tuple[list[Candidate], list[EventCandidate], dict[str, Any]]:
     """The optional LLM judge over the top ``2·topk`` facts (and events): its score blends
     into the formula; without an answer the ranking stands as it was."""
-    if not cfg.enable_reranker or llm is None:
+    if not cfg.rerank.enable_reranker or llm is None:
         return ranked, events, {"status": "off" if llm is None else "disabled"}
-    fact_pool = ranked[: 2 * cfg.topk_facts]
-    event_pool = events[: 2 * cfg.topk_events] if cfg.rerank_events else []
+    fact_pool = ranked[: 2 * cfg.sizes.topk_facts]
+    event_pool = events[: 2 * cfg.sizes.topk_events] if cfg.rerank.rerank_events else []
     items = [c.row.fact_text for c in fact_pool] + [e.text for e in event_pool]
-    outcome = rerank.rerank(llm, query, items, cfg.reranker_timeout_sec)
+    outcome = rerank.rerank(llm, query, items, cfg.rerank.reranker_timeout_sec)
     info: dict[str, Any] = {"status": outcome.status, "items": len(items),
                             "duration_ms": round(outcome.duration_ms, 3), "prompt": rerank.PROMPT_VERSION}
     if outcome.scores is None:
@@ -204,13 +204,13 @@ def rerank_candidates(
     vetoed = 0
     for cand, score in zip(fact_pool, outcome.scores[: len(fact_pool)], strict=True):
         cand.scores["reranker"] = round(score, 6)
-        cand.final = rerank.blend(cand.formula, score, cfg.reranker_weight, cfg.min_reranker_score)
+        cand.final = rerank.blend(cand.formula, score, cfg.rerank.reranker_weight, cfg.rerank.min_reranker_score)
         vetoed += cand.final == 0.0
     for ev, score in zip(event_pool, outcome.scores[len(fact_pool):], strict=True):
         ev.scores["reranker"] = round(score, 6)
-        ev.final = rerank.blend(ev.formula, score, cfg.reranker_weight, cfg.min_reranker_score)
+        ev.final = rerank.blend(ev.formula, score, cfg.rerank.reranker_weight, cfg.rerank.min_reranker_score)
         vetoed += ev.final == 0.0
     info["vetoed"] = vetoed
     # only what the reranker judged survives (everything else ranked below the pool)
-    new_events = sorted(event_pool, key=lambda e: (-round(e.final, 9), e.message_id)) if cfg.rerank_events else events
+    new_events = sorted(event_pool, key=lambda e: (-round(e.final, 9), e.message_id)) if cfg.rerank.rerank_events else events
     return sorted(fact_pool, key=order_key), new_events, info

@@ -268,10 +268,10 @@ def start(
     plan: the subject, and its name-less question's embedding started on the second
     embedding thread, beside the question's own (ADR-0031; before, it started after the whole
     plan and, with one engine handle, ran after the question's embedding)."""
-    if call.cfg.ranking != "rrf" or not enabled(call.cfg.rrf_weights):
+    if call.cfg.scoring.ranking != "rrf" or not enabled(call.cfg.fusion.rrf_weights):
         return None
-    subject = subject_of(call.query, named_plan(call.analysis, names), call.cfg.subject_sweep_scope,
-                         call.cfg.subject_sweep_pair_as_one)
+    subject = subject_of(call.query, named_plan(call.analysis, names), call.cfg.sweeps.subject_sweep_scope,
+                         call.cfg.sweeps.subject_sweep_pair_as_one)
     call.trace.note(subject_sweep=None if subject is None else {
         "entities": list(subject.entity_keys), "query": subject.stripped_query})
     if subject is None:
@@ -311,16 +311,16 @@ def run(call: Call, conn: Any, started: Started, query_vector: Callable[[], str 
     cfg = call.cfg
     begin = time.perf_counter()
     out, people = SweepOut(), SweepOut()
-    if enabled(cfg.rrf_weights, SWEEP_LISTS):
-        out = sweep(conn, call.agent_id, subject, vec, as_of=call.as_of, min_confidence=cfg.min_confidence,
-                    limit=cfg.candidate_pool, ef_search=cfg.hnsw_ef_search,
-                    per_session=cfg.subject_sweep_per_session, exact_rows=exact_rows,
-                    small=_small(call), only_subject=cfg.subject_sweep_only_subject)
-    if enabled(cfg.rrf_weights, PERSON_LISTS) and (
-            cfg.person_sweep_scope == "any" or is_list_question(call.query)):
+    if enabled(cfg.fusion.rrf_weights, SWEEP_LISTS):
+        out = sweep(conn, call.agent_id, subject, vec, as_of=call.as_of, min_confidence=cfg.filters.min_confidence,
+                    limit=cfg.candidates.candidate_pool, ef_search=cfg.candidates.hnsw_ef_search,
+                    per_session=cfg.sweeps.subject_sweep_per_session, exact_rows=exact_rows,
+                    small=_small(call), only_subject=cfg.sweeps.subject_sweep_only_subject)
+    if enabled(cfg.fusion.rrf_weights, PERSON_LISTS) and (
+            cfg.sweeps.person_sweep_scope == "any" or is_list_question(call.query)):
         people = sweep_people(conn, call.agent_id, subject, vec, as_of=call.as_of,
-                              min_confidence=cfg.min_confidence, limit=cfg.candidate_pool,
-                              ef_search=cfg.hnsw_ef_search, exact_rows=exact_rows, small=_small(call))
+                              min_confidence=cfg.filters.min_confidence, limit=cfg.candidates.candidate_pool,
+                              ef_search=cfg.candidates.hnsw_ef_search, exact_rows=exact_rows, small=_small(call))
     message_ids = list(dict.fromkeys(out.message_ids + people.message_ids))
     rows = message_rows(conn, call.agent_id, message_ids, query_vector())
     return Swept(out, people, rows, embed_ms, (time.perf_counter() - begin) * 1000.0)

@@ -1,4 +1,4 @@
-"""The write use case (SPEC §2): a conversation message in, decisions out, one atomic commit.
+"""The write use case (docs/spec.md §2): a conversation message in, decisions out, one atomic commit.
 
 ``messages`` (the message's schema, limits and subject scheme), ``pipeline`` (record →
 pre-retrieval → extraction → resolution → reconciliation → commit), ``models`` (its

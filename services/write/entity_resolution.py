@@ -1,4 +1,4 @@
-"""Entity resolution with the LLM fallback (SPEC §2 step 4): the I/O half of
+"""Entity resolution with the LLM fallback (docs/spec.md §2 step 4): the I/O half of
 ``domain.resolution``.
 
 The pure resolver answers self / exact / fuzzy / new, or "ambiguous" with candidates for

@@ -1,4 +1,4 @@
-"""The write pipeline (SPEC §2): record → pre-retrieval → extraction → resolution →
+"""The write pipeline (docs/spec.md §2): record → pre-retrieval → extraction → resolution →
 reconciliation → one atomic commit.
 
 Why it is shaped like this (ADR-0004):
@@ -372,7 +372,7 @@ class WritePipeline:
             )
             note_corrections(memory, report, record.text, record.message_id)  # ADR-0019
             return memory, report, notes
-        except Exception as exc:  # noqa: BLE001 — SPEC fail-safe: reconciliation error → ADD
+        except Exception as exc:  # noqa: BLE001 — docs/spec.md §2 fail-safe: reconciliation error → ADD
             log.exception("reconciliation failed for %s/%s", record.agent_id, record.message_id)
             notes.append(f"reconciliation failed ({type(exc).__name__}: {exc}); facts added as NEW")
         agent_uuid = agent_aggregate_id(record.agent_id)

@@ -1,4 +1,4 @@
-"""Pre-retrieval for informed extraction (SPEC §2 step 2): what memory already knows about
+"""Pre-retrieval for informed extraction (docs/spec.md §2 step 2): what memory already knows about
 the entities a message mentions, read from the projections (never the event store).
 
 It finds known entities by alias, display name or slug among the message's 1–4-word

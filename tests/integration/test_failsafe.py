@@ -1,4 +1,4 @@
-"""SPEC §2 fail-safe table, every row made to happen against the REAL event store.
+"""docs/spec.md §2 fail-safe table, every row made to happen against the REAL event store.
 
 | failure                                   | expected                                              |
 |-------------------------------------------|-------------------------------------------------------|

@@ -58,11 +58,11 @@ def test_profiles_in_context_only_when_asked_within_the_budget(memory: Memory) -
     assert run_pass(JobContext(memory), [BY_NAME["profiles"]], [agent])[0].events == 1
     memory.wait_for_projections()
     plain = memory.retrieve(agent, "Where does Ana work?", config_overrides=OFF)
-    assert "About Ana" not in plain.context and plain.profiles == []  # SPEC 3.6: off by default
+    assert "About Ana" not in plain.context and plain.profiles == []  # docs/spec.md §3.6: off by default
 
     on = {**OFF, "profiles_in_context": True}
     result = memory.retrieve(agent, "Where does Ana work?", config_overrides=on)
-    assert result.context.startswith("Known facts:")  # the SPEC sections keep their place
+    assert result.context.startswith("Known facts:")  # the spec's sections keep their place
     tail = result.context.split("About Ana:\n- ")[1]
     assert tail.startswith("Ana (person):") and "Vertix" in tail
     assert [(p.entity_key, p.method) for p in result.profiles] == [("person:ana", "template-v1")]

@@ -29,7 +29,7 @@ from engramdb.services.retrieve.signals import (
 def test_default_ranking_is_rank_fusion_and_answers_the_worked_example(
     retriever: Retriever, store: Store, agent_id: str
 ) -> None:
-    assert RetrieveConfig().ranking == "rrf"
+    assert RetrieveConfig().scoring.ranking == "rrf"
     load_worked_examples(store, agent_id)
     result = retriever.retrieve(agent_id, "Where does Marcos Tavares live?")
     assert result.facts[0].fact_id == "f_marcos_home" and result.facts[0].entity_key == MARCOS
@@ -136,7 +136,7 @@ def test_the_turn_lists_in_one_statement_equal_the_three_statements_before(store
                 for qvec in (store.vec(query), None):
                     for exact in (0, 20_000):
                         sig, rows = message_events(conn, agent_id, qvec, [], cfg, 0.0, as_of, exact_rows=exact)
-                        found = bm25_messages(conn, agent_id, query, as_of, cfg.candidate_pool)
+                        found = bm25_messages(conn, agent_id, query, as_of, cfg.candidates.candidate_pool)
                         known = {r[0] for r in rows}
                         rows = rows + message_rows(conn, agent_id, [m for m, _ in found if m not in known], qvec)
                         sig2, rows2, found2 = message_lists(conn, agent_id, qvec, query, cfg, 0.0, as_of, exact)

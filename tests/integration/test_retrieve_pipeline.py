@@ -26,7 +26,7 @@ from engramdb.infra.providers.scripted import ScriptedLLM
 from engramdb.services.retrieve import Retriever, RetrieveResult
 from engramdb.services.retrieve.config import RetrieveConfig
 
-# the spec's score formula (SPEC §3.3), which these worked examples pin; the default ranking
+# the spec's score formula (docs/spec.md §3.3), which these worked examples pin; the default ranking
 # (reciprocal-rank fusion, ADR-0009) has its own tests in tests/integration/test_retrieve_fusion.py
 FORMULA = {"ranking": "formula"}
 SPEC_FORMULA = RetrieveConfig(ranking="formula")

@@ -165,7 +165,7 @@ def retriever(store: Store) -> Iterator[Retriever]:
         yield r
 
 
-# ----- the spec's worked examples (SPEC §3, read-pipeline.pt.txt) -------------------------
+# ----- the spec's worked examples (docs/spec.md §3, docs/spec-original/read-pipeline.pt.txt) -------------------------
 
 MARCOS = "person:marcos-tavares"
 CAROLINA = "person:carolina"

@@ -118,15 +118,15 @@ def test_cap_per_group() -> None:
 def test_sweep_is_on_by_default_as_cross_validated_and_bounded() -> None:
     # the default is the grid's `sweep-any-all`, chosen in every fold in both LoCoMo modes (ADR-0025)
     cfg = RetrieveConfig()
-    assert cfg.rrf_weights["fact_subject"] == 1.0 and cfg.rrf_weights["message_subject"] == 1.0
-    assert not cfg.subject_sweep_only_subject and cfg.subject_sweep_scope == "any"
+    assert cfg.fusion.rrf_weights["fact_subject"] == 1.0 and cfg.fusion.rrf_weights["message_subject"] == 1.0
+    assert not cfg.sweeps.subject_sweep_only_subject and cfg.sweeps.subject_sweep_scope == "any"
     with pytest.raises(ValueError):
         cfg.with_overrides({"subject_sweep_scope": "everything"})
     with pytest.raises(ValueError):
         cfg.with_overrides({"subject_sweep_per_session": -1})
     # the per-person lists (ADR-0034): `person-list-0.5-tail10`, chosen in every fold (LOCO-CV)
-    assert cfg.rrf_weights["fact_person"] == 0.5 and cfg.rrf_weights["message_person"] == 0.5
-    assert cfg.person_lists_from == 10 and cfg.person_sweep_scope == "list"
+    assert cfg.fusion.rrf_weights["fact_person"] == 0.5 and cfg.fusion.rrf_weights["message_person"] == 0.5
+    assert cfg.sweeps.person_lists_from == 10 and cfg.sweeps.person_sweep_scope == "list"
 
 
 # ----------------------------------------------------------------------------- end to end
@@ -369,13 +369,13 @@ def test_the_sweep_ranks_what_a_sweep_by_the_full_plans_subject_ranks(
     analysis = analyze_query(query)
     with s.pool.connection() as conn:
         plan = build_plan(analysis, load_lookup(conn, agent_id, analysis, None))
-        subject = subject_of(query, plan, RetrieveConfig().subject_sweep_scope)
+        subject = subject_of(query, plan, RetrieveConfig().sweeps.subject_sweep_scope)
         assert subject is not None
         c = RetrieveConfig().with_overrides(cfg)
         direct = sweep(conn, agent_id, subject, vector_literal(EMBEDDER.embed_query(subject.stripped_query)),
-                       as_of=None, min_confidence=c.min_confidence, limit=c.candidate_pool,
-                       ef_search=c.hnsw_ef_search, per_session=c.subject_sweep_per_session,
-                       only_subject=c.subject_sweep_only_subject)
+                       as_of=None, min_confidence=c.filters.min_confidence, limit=c.candidates.candidate_pool,
+                       ef_search=c.candidates.hnsw_ef_search, per_session=c.sweeps.subject_sweep_per_session,
+                       only_subject=c.sweeps.subject_sweep_only_subject)
     fact_ranks = {f.fact_id: f.scores["rank_fact_subject"] for f in result.facts if "rank_fact_subject" in f.scores}
     turn_ranks = {e.message_id: e.scores["rank_message_subject"] for e in result.events
                   if "rank_message_subject" in e.scores}

@@ -45,13 +45,13 @@ def test_the_neighbour_list_is_on_by_default_as_cross_validated_feedback_off_and
     # (ADR-0037); the named people's own turns first, span 2, anchors from the top 15
     # (`nb-named-first-s2-d15`, ADR-0040)
     cfg = RetrieveConfig()
-    assert cfg.rrf_weights["message_neighbour"] == 1.0
-    assert (cfg.neighbour_span, cfg.neighbour_depth, cfg.neighbour_order) == (2, 15, "anchor")
-    assert cfg.neighbour_speakers == "named-first"
-    assert cfg.rrf_weights["fact_feedback"] == cfg.rrf_weights["message_feedback"] == 0.0  # never chosen
+    assert cfg.fusion.rrf_weights["message_neighbour"] == 1.0
+    assert (cfg.tail_lists.neighbour_span, cfg.tail_lists.neighbour_depth, cfg.tail_lists.neighbour_order) == (2, 15, "anchor")
+    assert cfg.tail_lists.neighbour_speakers == "named-first"
+    assert cfg.fusion.rrf_weights["fact_feedback"] == cfg.fusion.rrf_weights["message_feedback"] == 0.0  # never chosen
     assert set(TAIL_LISTS) == {"fact_feedback", "message_feedback", "message_neighbour"}
     off = cfg.with_overrides({"rrf_weights": {"message_neighbour": 0.0}})
-    assert enabled(cfg.rrf_weights) and not enabled(off.rrf_weights)
+    assert enabled(cfg.fusion.rrf_weights) and not enabled(off.fusion.rrf_weights)
     for bad in ({"neighbour_span": 0}, {"neighbour_speakers": "everyone"}, {"feedback_depth": 0}, {"feedback_beta": -1.0}, {"neighbour_depth": 1000}):
         with pytest.raises(ValueError):
             cfg.with_overrides(bad)

@@ -1,4 +1,4 @@
-"""Write pipeline (SPEC §2) against a REAL PostgreSQL event store.
+"""Write pipeline (docs/spec.md §2) against a REAL PostgreSQL event store.
 
 The only fake is the LLM: ``infra.providers.scripted.ScriptedLLM`` (a TEST DOUBLE that
 answers from a table keyed by the message text found in the prompt, and raises

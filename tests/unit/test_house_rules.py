@@ -9,6 +9,7 @@ paragraph starting "Why this module is long:".
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import grimp
@@ -57,3 +58,31 @@ def test_entry_points_live_under_entrypoints() -> None:
         and any(token in p.read_text("utf-8") for token in ("import typer", "from fastapi import", "import uvicorn"))
     ]
     assert stray == [], f"entry points outside services/entrypoints: {stray}"
+
+
+def _code_texts() -> list[tuple[Path, str]]:
+    roots = [REPO / r for r in ("domain", "projections", "services", "infra", "tests", "bench")]
+    return [(p, p.read_text(encoding="utf-8")) for root in roots for p in root.rglob("*.py")]
+
+
+def test_references_in_code_point_into_the_repository() -> None:
+    """ADR-0043 item 7: an ``ADR-NNNN``, a ``docs/...`` path or an "issue N" in code names
+    something a reader finds in this repository (an ADR file, a docs page, docs/issues.md)."""
+    adrs = {p.name[:4] for p in (REPO / "ADR").glob("[0-9][0-9][0-9][0-9]-*.md")}
+    index = (REPO / "docs" / "issues.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"^\| (\d+) \|", index, re.M))
+    broken: list[str] = []
+    for path, text in _code_texts():
+        where = path.relative_to(REPO)
+        for number in re.findall(r"ADR[- ]?(\d{4})", text):
+            if number not in adrs:
+                broken.append(f"{where}: ADR-{number}")
+        for doc in re.findall(r"\bdocs/[\w./-]+\.(?:md|json|txt)", text):
+            if not (REPO / doc).exists():
+                broken.append(f"{where}: {doc}")
+        for number in re.findall(r"\bissue (\d+)\b", text):
+            if number not in listed:
+                broken.append(f"{where}: issue {number} (not in docs/issues.md)")
+        if "SPEC " + "§" in text:  # spelt in two parts so this line does not match itself
+            broken.append(f"{where}: a SPEC section reference (say docs/spec.md §N)")
+    assert broken == [], broken

@@ -126,8 +126,8 @@ def test_fuse_candidates_tail_skips_a_turn_its_head_fact_already_cites() -> None
 
 def test_config_levers_defaults_are_the_cross_validated_choice_and_bounded() -> None:
     cfg = RetrieveConfig()  # ADR-0021: the time boost and the hedge words earned their place
-    assert cfg.diversity_penalty == 0.0 and cfg.decompose is False
-    assert cfg.time_boost == 1.0 and cfg.drop_hedges is True
+    assert cfg.fusion.diversity_penalty == 0.0 and cfg.fusion.decompose is False
+    assert cfg.fusion.time_boost == 1.0 and cfg.fusion.drop_hedges is True
     with pytest.raises(ValueError):
         cfg.with_overrides({"diversity_penalty": 2})
 

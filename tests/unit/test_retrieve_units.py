@@ -94,15 +94,15 @@ def test_keyword_words_and_escaping() -> None:
 
 def test_config_overrides() -> None:
     base = RetrieveConfig()
-    assert (base.topk_facts, base.topk_events, base.min_confidence, base.min_similarity) == (20, 8, 0.55, 0.20)
-    assert base.score_weights == {"semantic": 0.70, "recency": 0.20, "importance": 0.10}
-    assert (base.recency_half_life_days, base.spreading_activation_hops, base.spreading_decay_factor) == (14, 2, 0.5)
-    assert (base.spreading_facts_per_entity, base.spreading_max_related_entities) == (3, 5)
-    assert (base.enable_reranker, base.reranker_weight, base.min_reranker_score, base.reranker_timeout_sec) == (True, 0.7, 0.1, 5.0)
-    assert (base.min_score, base.context_max_tokens, base.hot_tier_ratio, base.warm_tier_ratio) == (0.15, 2000, 0.5, 0.3)
+    assert (base.sizes.topk_facts, base.sizes.topk_events, base.filters.min_confidence, base.filters.min_similarity) == (20, 8, 0.55, 0.20)
+    assert base.scoring.score_weights == {"semantic": 0.70, "recency": 0.20, "importance": 0.10}
+    assert (base.scoring.recency_half_life_days, base.spreading.spreading_activation_hops, base.spreading.spreading_decay_factor) == (14, 2, 0.5)
+    assert (base.spreading.spreading_facts_per_entity, base.spreading.spreading_max_related_entities) == (3, 5)
+    assert (base.rerank.enable_reranker, base.rerank.reranker_weight, base.rerank.min_reranker_score, base.rerank.reranker_timeout_sec) == (True, 0.7, 0.1, 5.0)
+    assert (base.filters.min_score, base.context.context_max_tokens, base.context.hot_tier_ratio, base.context.warm_tier_ratio) == (0.15, 2000, 0.5, 0.3)
     cfg = base.with_overrides({"topk_facts": 3, "score_weights": {"recency": 0.0}})
-    assert cfg.topk_facts == 3 and cfg.score_weights == {"semantic": 0.7, "recency": 0.0, "importance": 0.1}
-    assert base.topk_facts == 20  # the base is untouched
+    assert cfg.sizes.topk_facts == 3 and cfg.scoring.score_weights == {"semantic": 0.7, "recency": 0.0, "importance": 0.1}
+    assert base.sizes.topk_facts == 20  # the base is untouched
     with pytest.raises(UnknownConfigKey, match="'topk_fact'"):
         base.with_overrides({"topk_fact": 3})
     with pytest.raises(ValidationError, match="min_score"):
@@ -111,6 +111,27 @@ def test_config_overrides() -> None:
         base.with_overrides({"topk_facts": "many"})
     with pytest.raises(ValidationError, match="unknown signal"):
         base.with_overrides({"score_weights": {"vibes": 1.0}})
+
+
+def test_config_keys_by_section_and_flat_mean_the_same() -> None:
+    """ADR-0043: the config is grouped in sections; flat keys (the spelling before the
+    sections, used by every grid file and HTTP caller) still mean the same thing."""
+    base = RetrieveConfig()
+    flat = base.with_overrides({"topk_facts": 4, "rrf_k": 9.0, "rrf_weights": {"fact_graph": 0.5}})
+    nested = base.with_overrides(
+        {"sizes": {"topk_facts": 4}, "fusion": {"rrf_k": 9.0, "rrf_weights": {"fact_graph": 0.5}}}
+    )
+    assert flat == nested
+    assert nested.fusion.rrf_weights["fact_semantic"] == 1.0  # dict fields still merge
+    assert RetrieveConfig(topk_facts=4, rrf_k=9.0) == RetrieveConfig(
+        sizes={"topk_facts": 4}, fusion={"rrf_k": 9.0}
+    )
+    mixed = base.with_overrides({"sizes": {"topk_events": 3}, "topk_facts": 4})
+    assert (mixed.sizes.topk_facts, mixed.sizes.topk_events) == (4, 3)
+    with pytest.raises(UnknownConfigKey, match="'sizes.topk_fact'"):
+        base.with_overrides({"sizes": {"topk_fact": 3}})
+    with pytest.raises(ValidationError, match="hot_tier_ratio"):
+        base.with_overrides({"context": {"hot_tier_ratio": 0.9, "warm_tier_ratio": 0.9}})
 
 
 def test_formatter_layout_and_budget() -> None:

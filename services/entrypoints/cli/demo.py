@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 from engramdb.infra.database import resolve_nats
 from engramdb.infra.nats_auth import redact_url
-from engramdb.infra.settings import load_settings
+from engramdb.infra.settings import Settings, load_settings
 from engramdb.services.entrypoints.nats.ingest import IngestThread, build_ingest_app
 from engramdb.services.entrypoints.nats.publisher import publish_message
 from engramdb.services.entrypoints.serve.server import ingest_scaling
@@ -95,82 +95,95 @@ def run_demo() -> None:
     AGENT = "demo-ana-" + datetime.now(UTC).strftime("%Y%m%d%H%M%S")
     settings = load_settings()
     with Memory.open(settings) as memory:
-        nats_url = resolve_nats(settings)
-        _line(f"publishing {len(CONVERSATION)} messages onto NATS ({redact_url(nats_url)})")
-        results: list = []
-        app, _broker = build_ingest_app(
-            nats_url, memory.ingest_pipeline(), prefix=settings.subject_prefix, on_result=results.append,
-            **ingest_scaling(memory, settings),
-        )
-        with IngestThread(app):
-            # the first session, then a moment to ask "as of" later, then the second session
-            published = _publish(memory, nats_url, CONVERSATION[:3], 0, results,
-                                 settings.subject_prefix)
-            before_move = datetime.now(UTC)
-            time.sleep(0.05)
-            published += _publish(memory, nats_url, CONVERSATION[3:], 3, results,
-                                  settings.subject_prefix)
-        if {r.message_id for r in results} >= set(published):
-            memory.wait_for_projections(max((r.position for r in results), default=None),
-                                        agent_id=AGENT)
-        else:  # some were decided elsewhere: their positions are not ours to know
-            memory.wait_for_projections(agent_id=AGENT)
-
+        published, results, before_move = _ingest(memory, settings)
         _line("decisions, per message")
         _decisions(memory, published, results)
-
-        _line("events in the log (agent aggregate)")
-        for entry in memory.history(AGENT):
-            print(
-                f"  v{entry.version:<3} {entry.event:<20} {entry.fact_id or entry.entity_key or ''}"
-                f" {entry.text or ''}"[:110]
-            )
-
-        _line("read models: active facts and entities")
-        with memory.cell(AGENT).pool.connection() as conn:
-            for row in conn.execute(
-                "SELECT fact_id, status, reinforcement_count, fact_text FROM mem_facts "
-                "WHERE agent_id = %s ORDER BY valid_from, fact_id",
-                (AGENT,),
-            ):
-                print(f"  {row[0]} {row[1]:<10} x{row[2]} {row[3]}")
-            for row in conn.execute(
-                "SELECT entity_key, display_name FROM mem_entities WHERE agent_id = %s "
-                "ORDER BY entity_key",
-                (AGENT,),
-            ):
-                print(f"  entity {row[0]} ({row[1]})")
-            updated = conn.execute(
-                "SELECT fact_id FROM mem_facts WHERE agent_id = %s AND supersedes_fact_id IS NOT NULL "
-                "ORDER BY valid_from LIMIT 1",
-                (AGENT,),
-            ).fetchone()
-
+        updated = _show_log_and_read_models(memory)
         _line("rebuild every read model from the log (no LLM, no re-embedding)")
-        report = memory.rebuild()
-        print(f"  {report.model_dump_json()}")
-
+        print(f"  {memory.rebuild().model_dump_json()}")
         if updated is not None:
-            _line(f"history of fact {updated[0]}")
-            for entry in memory.history(AGENT, updated[0]):
-                print(
-                    f"  {entry.decision:<8} {entry.fact_id} {entry.text or ''} "
-                    f"(message {entry.message_id}, by {entry.decided_by.get('extractor')})"
-                )
+            _show_fact_history(memory, updated)
+        _show_time_travel(memory, before_move)
+        _show_retrieves(memory)
 
-        _line(
-            f"facts as of {before_move.isoformat(timespec='seconds')}, before the move (from the log)"
+
+def _ingest(memory: Memory, settings: Settings) -> tuple[list[str], list, datetime]:
+    """Publish the conversation onto NATS and let an in-process ingest service decide it:
+    the first session, then an instant to ask "as of" later, then the second session."""
+    nats_url = resolve_nats(settings)
+    _line(f"publishing {len(CONVERSATION)} messages onto NATS ({redact_url(nats_url)})")
+    results: list = []
+    app, _broker = build_ingest_app(
+        nats_url, memory.ingest_pipeline(), prefix=settings.subject_prefix, on_result=results.append,
+        **ingest_scaling(memory, settings),
+    )
+    with IngestThread(app):
+        published = _publish(memory, nats_url, CONVERSATION[:3], 0, results,
+                             settings.subject_prefix)
+        before_move = datetime.now(UTC)
+        time.sleep(0.05)
+        published += _publish(memory, nats_url, CONVERSATION[3:], 3, results,
+                              settings.subject_prefix)
+    if {r.message_id for r in results} >= set(published):
+        memory.wait_for_projections(max((r.position for r in results), default=None),
+                                    agent_id=AGENT)
+    else:  # some were decided elsewhere: their positions are not ours to know
+        memory.wait_for_projections(agent_id=AGENT)
+    return published, results, before_move
+
+
+def _show_log_and_read_models(memory: Memory) -> str | None:
+    """Print the agent's events and its read models; return the id of the first fact that
+    superseded another (the move), whose history is shown next."""
+    _line("events in the log (agent aggregate)")
+    for entry in memory.history(AGENT):
+        print(
+            f"  v{entry.version:<3} {entry.event:<20} {entry.fact_id or entry.entity_key or ''}"
+            f" {entry.text or ''}"[:110]
         )
-        for snapshot in memory.facts_as_of(AGENT, before_move):
-            print(f"  {snapshot.fact_id} {snapshot.text}")
-        _line("retrieve 'Where does Ana live?' as of that moment")
-        print(memory.retrieve(AGENT, "Where does Ana live?", as_of=before_move).context)
+    _line("read models: active facts and entities")
+    with memory.cell(AGENT).pool.connection() as conn:
+        for row in conn.execute(
+            "SELECT fact_id, status, reinforcement_count, fact_text FROM mem_facts "
+            "WHERE agent_id = %s ORDER BY valid_from, fact_id",
+            (AGENT,),
+        ):
+            print(f"  {row[0]} {row[1]:<10} x{row[2]} {row[3]}")
+        for row in conn.execute(
+            "SELECT entity_key, display_name FROM mem_entities WHERE agent_id = %s "
+            "ORDER BY entity_key",
+            (AGENT,),
+        ):
+            print(f"  entity {row[0]} ({row[1]})")
+        updated = conn.execute(
+            "SELECT fact_id FROM mem_facts WHERE agent_id = %s AND supersedes_fact_id IS NOT NULL "
+            "ORDER BY valid_from LIMIT 1",
+            (AGENT,),
+        ).fetchone()
+    return None if updated is None else str(updated[0])
 
-        for query in QUERIES:
-            _line(f"retrieve: {query!r}")
-            result = memory.retrieve(AGENT, query)
-            print(
-                result.context or f"  (nothing: plan={result.plan.strategy}/{result.plan.reason})"
-            )
-            for fact in result.facts:
-                print(f"  score {fact.score:.3f} {fact.fact_text}")
+
+def _show_fact_history(memory: Memory, fact_id: str) -> None:
+    _line(f"history of fact {fact_id}")
+    for entry in memory.history(AGENT, fact_id):
+        print(
+            f"  {entry.decision:<8} {entry.fact_id} {entry.text or ''} "
+            f"(message {entry.message_id}, by {entry.decided_by.get('extractor')})"
+        )
+
+
+def _show_time_travel(memory: Memory, before_move: datetime) -> None:
+    _line(f"facts as of {before_move.isoformat(timespec='seconds')}, before the move (from the log)")
+    for snapshot in memory.facts_as_of(AGENT, before_move):
+        print(f"  {snapshot.fact_id} {snapshot.text}")
+    _line("retrieve 'Where does Ana live?' as of that moment")
+    print(memory.retrieve(AGENT, "Where does Ana live?", as_of=before_move).context)
+
+
+def _show_retrieves(memory: Memory) -> None:
+    for query in QUERIES:
+        _line(f"retrieve: {query!r}")
+        result = memory.retrieve(AGENT, query)
+        print(result.context or f"  (nothing: plan={result.plan.strategy}/{result.plan.reason})")
+        for fact in result.facts:
+            print(f"  score {fact.score:.3f} {fact.fact_text}")

@@ -94,18 +94,9 @@ async def _call(fn: Callable[[], Any]) -> Any:
         raise ToolError(one_line(exc)) from None
 
 
-def build_server(
-    *,
-    memory: Any | None = None,
-    open_memory: Callable[[], Any] | None = None,
-    keyring: KeyRing | None = None,
-    wait_timeout: float = 30.0,
-) -> MCPServer[Any]:
-    """The MCP server over ``memory`` (already open; not closed here) or over what
-    ``open_memory()`` returns (opened in the lifespan, closed at its end). ``keyring``: the
-    API keys tools check on streamable HTTP (``None``/empty: no checks)."""
-    if (memory is None) == (open_memory is None):
-        raise ValueError("pass exactly one of memory= or open_memory=")
+def _lifespan(memory: Any | None, open_memory: Callable[[], Any] | None) -> Any:
+    """The server's lifespan: yields ``memory`` as is, or opens ``open_memory()`` for the
+    server's life (on stdio, after the SDK has diverted fd 1; see the module docstring)."""
 
     @asynccontextmanager
     async def lifespan(_server: MCPServer[Any]) -> AsyncIterator[Any]:
@@ -119,13 +110,17 @@ def build_server(
         finally:
             await anyio.to_thread.run_sync(opened.close)
 
-    server: MCPServer[Any] = MCPServer(
-        "engramdb", instructions=INSTRUCTIONS, lifespan=lifespan, log_level="WARNING",
-        version=_version(),
-    )
+    return lifespan
 
-    def mem(ctx: Context[Any]) -> Any:
-        return ctx.request_context.lifespan_context
+
+def _memory(ctx: Context[Any]) -> Any:
+    """The ``Memory`` the lifespan yielded."""
+    return ctx.request_context.lifespan_context
+
+
+def _add_write_tools(server: MCPServer[Any], keyring: KeyRing | None, wait_timeout: float) -> None:
+    """``write`` and ``delete_fact``: each waits until its change is visible to the read
+    tools, so an agent that writes then retrieves sees what it wrote."""
 
     @server.tool(annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=False))
     async def write(
@@ -144,7 +139,7 @@ def build_server(
         moved to Porto"). Memory extracts facts and decides ADD / UPDATE / DELETE / NOOP
         itself; the result lists those decisions. Facts are retrievable when it returns."""
         _check(ctx, keyring, "write", agent_id)
-        m = mem(ctx)
+        m = _memory(ctx)
 
         def run() -> WriteResult:
             result: WriteResult = m.write(
@@ -157,6 +152,34 @@ def build_server(
 
         result: WriteResult = await _call(run)
         return result
+
+    @server.tool(annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=False))
+    async def delete_fact(
+        agent_id: AgentId,
+        fact_id: FactId,
+        ctx: Context[Any],
+        actor: Annotated[
+            str | None, Field(max_length=200, description="who asked (default: mcp, or the API key)")
+        ] = None,
+    ) -> DeleteResult:
+        """Delete a fact when the user asks to forget it or says it is wrong. Recorded as a
+        retraction by the user: the fact stops being retrieved, and `history` still shows
+        it was known and when it was deleted."""
+        grant = _check(ctx, keyring, "write", agent_id)
+        who = actor if actor is not None or grant is OPEN else f"key:{grant.key_id}"
+        m = _memory(ctx)
+
+        def run() -> DeleteResult:
+            result: DeleteResult = m.delete_fact(agent_id, fact_id, actor=who, via="mcp")
+            m.wait_for_projections(result.position, timeout=wait_timeout, agent_id=agent_id)
+            return result
+
+        result: DeleteResult = await _call(run)
+        return result
+
+
+def _add_read_tools(server: MCPServer[Any], keyring: KeyRing | None) -> None:
+    """``retrieve``, ``list_facts``, ``get_fact`` and ``history``: read-only."""
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     async def retrieve(
@@ -172,7 +195,7 @@ def build_server(
         (known facts, then relevant past turns); `facts` are the scored facts with their ids
         (for get_fact, delete_fact and history)."""
         _check(ctx, keyring, "read", agent_id)
-        m = mem(ctx)
+        m = _memory(ctx)
         result: RetrieveResult = await _call(lambda: m.retrieve(agent_id, query, as_of=as_of))
         return result.model_copy(update={"trace": {}})
 
@@ -197,7 +220,7 @@ def build_server(
         time. Use it to show the user what is remembered, or to find a fact's id; use
         `retrieve` instead to answer a question."""
         _check(ctx, keyring, "read", agent_id)
-        m = mem(ctx)
+        m = _memory(ctx)
         page: Page[FactItem] = await _call(
             lambda: m.list_facts(
                 agent_id, status=status, entity=entity, text=text, limit=limit, cursor=cursor,
@@ -211,33 +234,9 @@ def build_server(
         """One fact (whatever its status) with its provenance: the conversation turns it
         rests on. Use it to check where a remembered fact came from."""
         _check(ctx, keyring, "read", agent_id)
-        m = mem(ctx)
+        m = _memory(ctx)
         detail: FactDetail = await _call(lambda: m.get_fact(agent_id, fact_id))
         return detail
-
-    @server.tool(annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=False))
-    async def delete_fact(
-        agent_id: AgentId,
-        fact_id: FactId,
-        ctx: Context[Any],
-        actor: Annotated[
-            str | None, Field(max_length=200, description="who asked (default: mcp, or the API key)")
-        ] = None,
-    ) -> DeleteResult:
-        """Delete a fact when the user asks to forget it or says it is wrong. Recorded as a
-        retraction by the user: the fact stops being retrieved, and `history` still shows
-        it was known and when it was deleted."""
-        grant = _check(ctx, keyring, "write", agent_id)
-        who = actor if actor is not None or grant is OPEN else f"key:{grant.key_id}"
-        m = mem(ctx)
-
-        def run() -> DeleteResult:
-            result: DeleteResult = m.delete_fact(agent_id, fact_id, actor=who, via="mcp")
-            m.wait_for_projections(result.position, timeout=wait_timeout, agent_id=agent_id)
-            return result
-
-        result: DeleteResult = await _call(run)
-        return result
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     async def history(agent_id: AgentId, fact_id: FactId, ctx: Context[Any]) -> list[HistoryEntry]:
@@ -245,10 +244,30 @@ def build_server(
         superseded, deleted), oldest first, with the message that caused each. Use it when
         the user asks why memory believes something or what it believed before."""
         _check(ctx, keyring, "read", agent_id)
-        m = mem(ctx)
+        m = _memory(ctx)
         entries: list[HistoryEntry] = await _call(lambda: m.history(agent_id, fact_id))
         if not entries:
             raise ToolError(f"no history for fact {fact_id!r} of agent {agent_id!r}")
         return entries
 
+
+def build_server(
+    *,
+    memory: Any | None = None,
+    open_memory: Callable[[], Any] | None = None,
+    keyring: KeyRing | None = None,
+    wait_timeout: float = 30.0,
+) -> MCPServer[Any]:
+    """The MCP server over ``memory`` (already open; not closed here) or over what
+    ``open_memory()`` returns (opened in the lifespan, closed at its end). ``keyring``: the
+    API keys tools check on streamable HTTP (``None``/empty: no checks)."""
+    if (memory is None) == (open_memory is None):
+        raise ValueError("pass exactly one of memory= or open_memory=")
+
+    server: MCPServer[Any] = MCPServer(
+        "engramdb", instructions=INSTRUCTIONS, lifespan=_lifespan(memory, open_memory),
+        log_level="WARNING", version=_version(),
+    )
+    _add_write_tools(server, keyring, wait_timeout)
+    _add_read_tools(server, keyring)
     return server

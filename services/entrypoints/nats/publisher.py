@@ -1,4 +1,4 @@
-"""Publish conversation messages onto JetStream (the users' write entry point, SPEC §0).
+"""Publish conversation messages onto JetStream (the users' write entry point, docs/spec.md §0).
 
 Every message goes to ``<prefix>.messages.<agent_token>`` with a ``Nats-Msg-Id`` header
 derived from (agent_id, message_id), so the server drops a re-publication inside the

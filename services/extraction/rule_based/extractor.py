@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, field
 
 from engramdb.domain.directives import ExtractedDirective
 from engramdb.domain.extraction import (
     ConfidenceLevel,
-    ExtractedEntity,
     ExtractedFact,
-    ExtractedRelationship,
     Extraction,
     ExtractionInput,
     ExtractorInfo,
@@ -32,6 +29,12 @@ from engramdb.domain.text import (
 )
 from engramdb.services.extraction.port import ExtractionOutcome
 from engramdb.services.extraction.rule_based.clauses import split_clauses
+from engramdb.services.extraction.rule_based.collected import (
+    Claim,
+    Collected,
+    mentions_of,
+    relate_people,
+)
 from engramdb.services.extraction.rule_based.directives import directive_in
 from engramdb.services.extraction.rule_based.emotion import lexicon_emotion
 from engramdb.services.extraction.rule_based.grammar import (
@@ -46,9 +49,6 @@ from engramdb.services.extraction.rule_based.known import (
     known_forms,
     known_type,
 )
-from engramdb.services.extraction.rule_based.lexicon import (
-    RELATIONS,
-)
 from engramdb.services.extraction.rule_based.names import names_in, type_of
 from engramdb.services.extraction.rule_based.negations import merge_negations
 from engramdb.services.extraction.rule_based.patterns import (
@@ -57,7 +57,6 @@ from engramdb.services.extraction.rule_based.patterns import (
     FIRST_PERSON,
     FIRST_PERSON_I,
     NEGATIONS,
-    REL_PATTERNS,
     SENTENCE_SPLIT,
     AttributePattern,
 )
@@ -91,33 +90,6 @@ def speaker_named(sentence: str, speaker: str | None, about_the_speaker: bool) -
     return name_the_possessor(text, speaker)
 
 
-@dataclass
-class _Collected:
-    facts: list[ExtractedFact] = field(default_factory=list)
-    entities: dict[str, ExtractedEntity] = field(default_factory=dict)  # folded name -> entity
-    relationships: dict[tuple[str, str, str], ExtractedRelationship] = field(default_factory=dict)
-    sources: list[str] = field(default_factory=list)  # the clause each fact was read from
-    directives: list[ExtractedDirective] = field(default_factory=list)  # ADR-0045
-
-    def add(self, fact: ExtractedFact, source: str) -> None:
-        self.facts.append(fact)
-        self.sources.append(source)
-
-    def entity(self, name: str, entity_type: str) -> str:
-        key = fold_case(name)
-        if key not in self.entities:
-            self.entities[key] = ExtractedEntity(name=name, entity_type=entity_type)
-        return self.entities[key].name
-
-    def relate(self, source: str, target: str, relation_type: str) -> None:
-        if fold_case(source) == fold_case(target):
-            return
-        key = (fold_case(source), fold_case(target), relation_type)
-        self.relationships.setdefault(
-            key, ExtractedRelationship(source=source, target=target, relation_type=relation_type)
-        )
-
-
 class RuleBasedExtractor:
     """Low-quality, deterministic, offline EN/PT fallback extractor (no LLM).
 
@@ -149,7 +121,8 @@ class RuleBasedExtractor:
 
     def _extract(self, request: ExtractionInput) -> Extraction:
         self_name = (request.speaker or "").strip() or SELF_FALLBACK
-        out = _Collected()
+        out = Collected()
+        directives: list[ExtractedDirective] = []  # ADR-0045
         forms = known_forms(request.known_entities)
         for raw_sentence in SENTENCE_SPLIT.split(request.text.strip()):
             sentence = " ".join(raw_sentence.split()).strip(" \"'“”‘’-–—")
@@ -158,7 +131,7 @@ class RuleBasedExtractor:
             directive = directive_in(sentence)
             if directive is not None:
                 # An instruction to the agent, not a fact about anyone (ADR-0045).
-                out.directives.append(directive)
+                directives.append(directive)
                 continue
             statement = retraction_request(sentence)
             if statement is not None:
@@ -179,7 +152,7 @@ class RuleBasedExtractor:
         facts = merge_negations(out.facts, out.sources)
         return Extraction(
             emotion=lexicon_emotion(request.text),
-            directives=out.directives,
+            directives=directives,
             facts=facts[: max(request.max_facts, 0)],
             entities=list(out.entities.values()),
             relationships=list(out.relationships.values()),
@@ -191,7 +164,7 @@ class RuleBasedExtractor:
         request: ExtractionInput,
         self_name: str,
         forms: list[tuple[re.Pattern[str], KnownEntity]],
-        out: _Collected,
+        out: Collected,
     ) -> list[ExtractedFact]:
         """RETRACTs for "forget that <statement>": of the known fact it names, else of the
         fact with the same text (reconciliation finds it by fingerprint, or rejects)."""
@@ -219,7 +192,7 @@ class RuleBasedExtractor:
         return facts
 
     @staticmethod
-    def _introduction(clause: str, self_name: str, out: _Collected) -> ExtractedFact:
+    def _introduction(clause: str, self_name: str, out: Collected) -> ExtractedFact:
         """A self-introduction ("Eu sou o João") by a speaker not known by that name: the
         speaker's name, kept verbatim (rewritten to the speaker it would read "user é o João")."""
         return ExtractedFact(
@@ -285,7 +258,7 @@ class RuleBasedExtractor:
         request: ExtractionInput,
         self_name: str,
         forms: list[tuple[re.Pattern[str], KnownEntity]],
-        out: _Collected,
+        out: Collected,
     ) -> ExtractedFact | None:
         if sentence.endswith("?") or is_greeting_sentence(sentence):
             return None
@@ -295,16 +268,50 @@ class RuleBasedExtractor:
         if not first_person and not names:
             return None
 
-        subject: str | None = self_name if first_person else None
-        attribute: str | None = None
-        category: str | None = None
-        action = "NEW"
-        target: str | None = None
-        confidence = ConfidenceLevel.weak_inference
-        obj_name: str | None = None
-        obj_type: str | None = None
-        relation: str | None = None
+        claim = self._claim(sentence, request, self_name, names, first_person)
+        related = relate_people(sentence, self_name, forms, out)
+        if related:
+            claim.category = claim.category or "relationship"
+            claim.confidence = ConfidenceLevel.explicit_statement
+            claim.subject = claim.subject or self_name
 
+        if short and claim.attribute is None and not related:
+            return None  # "Sou casado." is worth keeping; "I see." is not
+        subject = claim.subject if claim.subject is not None else names[0][0]
+        subject = out.entity(canonical_name(subject, forms), type_of(subject, names))
+        obj_name = claim.obj_name
+        if obj_name:
+            obj_type = known_type(obj_name, forms) or claim.obj_type or "other"
+            obj_name = out.entity(canonical_name(obj_name, forms), obj_type)
+            if claim.relation:
+                out.relate(subject, obj_name, claim.relation)
+        mentions = mentions_of(subject, obj_name, first_person, self_name, names, forms, out)
+
+        text = speaker_named(sentence, request.speaker, subject == self_name)
+        category = claim.category
+        if category is None:
+            category = next((cat for cat, rx in CATEGORY_HINTS if rx.search(sentence)), "personal")
+        return ExtractedFact(
+            text=text[:2000],
+            action=claim.action,  # type: ignore[arg-type]
+            target_fact_id=claim.target,
+            entity=subject,
+            mentions=mentions,
+            attribute_key=claim.attribute,
+            category=category,
+            confidence_level=claim.confidence,
+        )
+
+    def _claim(
+        self,
+        sentence: str,
+        request: ExtractionInput,
+        self_name: str,
+        names: list[tuple[str, str, int]],
+        first_person: bool,
+    ) -> Claim:
+        """What the sentence says of whom, and how that meets what memory holds."""
+        claim = Claim(subject=self_name if first_person else None)
         negated = next((attr for attr, rx in NEGATIONS if rx.search(sentence)), None)
         if negated:
             # A negation is a RETRACT only of a fact memory actually holds; otherwise it is
@@ -312,71 +319,25 @@ class RuleBasedExtractor:
             subj_name = self_name if first_person else (names[0][0] if names else None)
             known = known_attribute_fact(request, subj_name, negated) if subj_name else None
             if known is not None:
-                action, target, subject = "RETRACT", known.fact_id, subj_name
-                attribute = negated
-                confidence = ConfidenceLevel.explicit_statement
-            category = "work" if negated == "workplace" else "personal"
-        else:
-            found = self._attribute_match(sentence, names, first_person, self_name)
-            if found is not None:
-                pattern, subject, value = found
-                attribute, category = pattern.attribute, pattern.category
-                confidence = ConfidenceLevel.explicit_statement
-                if pattern.obj_type:
-                    obj_name = leading_name(value)
-                    obj_type, relation = pattern.obj_type, pattern.relation
-                known = known_attribute_fact(request, subject, attribute) if attribute else None
-                same_value = known is not None and fold_case(obj_name or value) in fold_case(
-                    known.text
-                )
-                if known is not None and not same_value:
-                    action, target = "UPDATE", known.fact_id
-
-        related = False
-        for rx in REL_PATTERNS:
-            for m in rx.finditer(sentence):
-                other = leading_name(m.group("name"))
-                if other is None or fold_case(other) == fold_case(self_name):
-                    continue
-                rel_type = RELATIONS[m.group("rel").lower()]
-                other = out.entity(canonical_name(other, forms), "person")
-                out.relate(out.entity(self_name, "person"), other, rel_type)
-                related = True
-        if related:
-            category = category or "relationship"
-            confidence = ConfidenceLevel.explicit_statement
-            subject = subject or self_name
-
-        if short and attribute is None and not related:
-            return None  # "Sou casado." is worth keeping; "I see." is not
-        if subject is None:
-            subject = names[0][0]
-        subject = out.entity(canonical_name(subject, forms), type_of(subject, names))
-        if obj_name:
-            obj_type = known_type(obj_name, forms) or obj_type or "other"
-            obj_name = out.entity(canonical_name(obj_name, forms), obj_type)
-            if relation:
-                out.relate(subject, obj_name, relation)
-        mentions: list[str] = []
-        if first_person and fold_case(subject) != fold_case(self_name):
-            mentions.append(out.entity(self_name, "person"))
-        for name, entity_type, _ in names:
-            canonical = out.entity(canonical_name(name, forms), entity_type)
-            if fold_case(canonical) != fold_case(subject) and canonical not in mentions:
-                mentions.append(canonical)
-        if obj_name and obj_name not in mentions and fold_case(obj_name) != fold_case(subject):
-            mentions.append(obj_name)
-
-        text = speaker_named(sentence, request.speaker, subject == self_name)
-        if category is None:
-            category = next((cat for cat, rx in CATEGORY_HINTS if rx.search(sentence)), "personal")
-        return ExtractedFact(
-            text=text[:2000],
-            action=action,  # type: ignore[arg-type]
-            target_fact_id=target,
-            entity=subject,
-            mentions=mentions,
-            attribute_key=attribute,
-            category=category,
-            confidence_level=confidence,
+                claim.action, claim.target, claim.subject = "RETRACT", known.fact_id, subj_name
+                claim.attribute = negated
+                claim.confidence = ConfidenceLevel.explicit_statement
+            claim.category = "work" if negated == "workplace" else "personal"
+            return claim
+        found = self._attribute_match(sentence, names, first_person, self_name)
+        if found is None:
+            return claim
+        pattern, claim.subject, value = found
+        claim.attribute, claim.category = pattern.attribute, pattern.category
+        claim.confidence = ConfidenceLevel.explicit_statement
+        if pattern.obj_type:
+            claim.obj_name = leading_name(value)
+            claim.obj_type, claim.relation = pattern.obj_type, pattern.relation
+        attribute = claim.attribute
+        known = known_attribute_fact(request, claim.subject, attribute) if attribute else None
+        same_value = known is not None and fold_case(claim.obj_name or value) in fold_case(
+            known.text
         )
+        if known is not None and not same_value:
+            claim.action, claim.target = "UPDATE", known.fact_id
+        return claim

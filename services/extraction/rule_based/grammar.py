@@ -11,18 +11,16 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from engramdb.domain.text import NAME_WORD_RE, STOPWORDS_EXTRACTION
+from engramdb.domain.text import STOPWORDS_EXTRACTION
 from engramdb.services.extraction.rule_based.lexicon import (
     CONNECTORS,
     EN_ADVERBS,
     EN_IRREGULAR,
-    EN_MARKERS,
     EN_MODALS,
     JOB_STOP,
     JOB_SUFFIXES_EN,
     JOB_WORDS,
     NOT_JOBS,
-    PT_MARKERS,
     PT_VERBS,
 )
 from engramdb.services.extraction.rule_based.patterns import NAME
@@ -35,14 +33,6 @@ def slug(text: str) -> str:
 
 def strip_possessive(word: str) -> str:
     return re.sub(r"['’]s$", "", word)
-
-
-def is_portuguese(sentence: str) -> bool:
-    """Language guess by marker words. Unused by the extractor today; kept by the pure move."""
-    words = [w.lower() for w in NAME_WORD_RE.findall(sentence)]
-    pt = sum(w in PT_MARKERS for w in words) + sum(ch in "ãõçáéíóúâêô" for ch in sentence.lower())
-    en = sum(w in EN_MARKERS for w in words)
-    return pt > en
 
 
 def leading_name(obj: str) -> str | None:

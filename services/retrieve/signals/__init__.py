@@ -1,4 +1,4 @@
-"""Candidate generators (SPEC §3.2), one module per signal: ``semantic``, ``keyword``,
+"""Candidate generators (docs/spec.md §3.2), one module per signal: ``semantic``, ``keyword``,
 ``bm25`` (Okapi BM25 over the stored search columns, messages and facts),
 ``graph`` (BFS, linked facts, entity specificity), ``aggregation`` and ``messages`` (the same
 semantic + keyword search over raw messages, "Relevant conversations"); ``shared`` holds the

@@ -29,7 +29,7 @@ def aggregation_facts(
          ORDER BY f.reinforcement_count DESC, f.importance DESC, f.valid_from DESC, f.fact_id
          LIMIT %(n)s
         """,
-        {"a": agent_id, "p": patterns, "t": as_of, "minc": cfg.min_confidence, "n": cfg.candidate_pool},
+        {"a": agent_id, "p": patterns, "t": as_of, "minc": cfg.filters.min_confidence, "n": cfg.candidates.candidate_pool},
     ).fetchall()
     specific = entity_specificity(conn, agent_id, sorted({r[1] for r in rows}))
     return [(r[0], specific.get(r[1], 1.0)) for r in rows]

@@ -116,7 +116,7 @@ def _linked_facts_cursor(
     return conn.execute(
         "WITH hl AS (SELECT EXISTS (SELECT 1 FROM mem_fact_entities WHERE agent_id = %(a)s) AS v) "
         f"SELECT k.key, x.fact_id FROM unnest(%(k)s::text[], %(n)s::int[]) AS k(key, lim) CROSS JOIN LATERAL ({inner}) x",
-        {"a": agent_id, "k": keys, "t": as_of, "minc": cfg.min_confidence, "n": limits},
+        {"a": agent_id, "k": keys, "t": as_of, "minc": cfg.filters.min_confidence, "n": limits},
     )
 
 
@@ -189,18 +189,18 @@ def graph_facts(
 ) -> tuple[list[GraphHit], dict[str, GraphNode]]:
     if not seeds:
         return [], {}
-    nodes = bfs(conn, agent_id, seeds, first_edges, cfg.graph_hops, as_of, cfg.graph_neighbours_per_entity)
+    nodes = bfs(conn, agent_id, seeds, first_edges, cfg.graph.graph_hops, as_of, cfg.graph.graph_neighbours_per_entity)
     # budget: the named entities get graph_facts_per_entity facts, each hop a quarter of the
     # previous hop's share (20 / 5 / 1 by default), broad queries × broad_query_multiplier
-    base = cfg.graph_facts_per_entity * (cfg.broad_query_multiplier if broad else 1)
+    base = cfg.graph.graph_facts_per_entity * (cfg.planner.broad_query_multiplier if broad else 1)
     keys = sorted(nodes)
     limits = [max(1, base // (4 ** nodes[k].hop)) for k in keys]
     best: dict[str, GraphHit] = {}
     linked, specific = linked_with_specificity(conn, agent_id, keys, limits, cfg, as_of)
     for key, fact_id in linked:
         node = nodes[key]
-        edge_recency = 1.0 if node.hop == 0 else floored_decay(anchor, node.edge_seen, cfg.recency_half_life_days)
-        bonus = cfg.graph_query_bonus if node.in_query else 1.0
+        edge_recency = 1.0 if node.hop == 0 else floored_decay(anchor, node.edge_seen, cfg.scoring.recency_half_life_days)
+        bonus = cfg.graph.graph_query_bonus if node.in_query else 1.0
         structural = (node.edge_strength * edge_recency * bonus * cfg.hop_decay(node.hop)
                       * specific.get(key, 1.0))
         hit = GraphHit(fact_id, node, structural)
@@ -208,4 +208,4 @@ def graph_facts(
         if cur is None or (hit.structural, -hit.node.hop) > (cur.structural, -cur.node.hop):
             best[fact_id] = hit
     hits = sorted(best.values(), key=lambda h: (-h.structural, h.fact_id))
-    return hits[: cfg.candidate_pool * (cfg.broad_query_multiplier if broad else 2)], nodes
+    return hits[: cfg.candidates.candidate_pool * (cfg.planner.broad_query_multiplier if broad else 2)], nodes

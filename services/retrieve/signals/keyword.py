@@ -107,7 +107,7 @@ def keyword_facts(
     if not words:
         return []
     params = {**keyword_params(conn, "mem_facts", "fact_text", agent_id, words, mode), "t": as_of,
-              "minc": cfg.min_confidence, "n": cfg.candidate_pool}
+              "minc": cfg.filters.min_confidence, "n": cfg.candidates.candidate_pool}
     with custom_plans(conn):
         cur = conn.execute(
             f"""

@@ -46,7 +46,7 @@ def message_events(
     """Conversation candidates and their rows in ONE statement (one round trip, the HNSW
     settings pipelined with it): semantic nearest above the threshold ∪ keyword best, each
     with its cosine and keyword score."""
-    limit = max(cfg.candidate_pool, cfg.topk_events * 4)
+    limit = max(cfg.candidates.candidate_pool, cfg.sizes.topk_events * 4)
     ctes: list[str] = []
     sources: list[str] = []
     if qvec is not None:
@@ -87,7 +87,7 @@ def message_events(
     """
     with batch(conn):
         if qvec is not None:
-            set_hnsw(conn, max(cfg.hnsw_ef_search, limit))
+            set_hnsw(conn, max(cfg.candidates.hnsw_ef_search, limit))
         cur = conn.execute(sql, params)
     out: dict[str, dict[str, float]] = {}
     rows: list[tuple[Any, ...]] = []
@@ -136,10 +136,10 @@ def message_lists(
     those BM25 alone found, by id) and BM25's (id, score) best first.
 
     ``bm25_found``: BM25's best already read (``bm25_messages`` with the same query text and
-    ``cfg.candidate_pool``). The pipeline reads it while the question is still being embedded,
+    ``cfg.candidates.candidate_pool``). The pipeline reads it while the question is still being embedded,
     so only the nearest turns and the rows wait for the vector (ADR-0042); without it, it is
     read here first."""
-    limit = max(cfg.candidate_pool, cfg.topk_events * 4)
+    limit = max(cfg.candidates.candidate_pool, cfg.sizes.topk_events * 4)
     if qvec is not None:
         sem = (nearest_cte("mem_messages", "m", "message_id", message_visibility(as_of), exact_rows, small)
                + ", sem AS (SELECT message_id, 1 - d AS cos FROM nn WHERE d <= %(maxd)s)")
@@ -148,7 +148,7 @@ def message_lists(
     params: dict[str, Any] = {"q": qvec, "a": agent_id, "t": as_of, "n": limit,
                               "maxd": 1.0 - similarity_threshold(cfg, floor)}
     if bm25_found is None:
-        bm25_found = bm25_messages(conn, agent_id, query_text, as_of, cfg.candidate_pool)
+        bm25_found = bm25_messages(conn, agent_id, query_text, as_of, cfg.candidates.candidate_pool)
     params.update(bm_ids=[i for i, _ in bm25_found], bm_scores=[s for _, s in bm25_found])
     sql = f"""
         WITH {sem},
@@ -165,7 +165,7 @@ def message_lists(
     with batch(conn):
         # set_hnsw also forces custom plans (BM25 needs them: the agent's size and the words'
         # frequencies choose GIN vs the agent index) for this transaction only
-        set_hnsw(conn, max(cfg.hnsw_ef_search, limit))
+        set_hnsw(conn, max(cfg.candidates.hnsw_ef_search, limit))
         cur = conn.execute(sql, params)
     sig: dict[str, dict[str, float]] = {}
     rows: list[tuple[Any, ...]] = []

@@ -21,13 +21,13 @@ def _normalised(found: list[tuple[str, float]]) -> list[tuple[str, float]]:
 
 def keyword_query(call: Call) -> str:
     """The text BM25 scores: the query, without hedge words when ``drop_hedges`` (ADR-0021)."""
-    return without_hedges(call.query) if call.cfg.drop_hedges else call.query
+    return without_hedges(call.query) if call.cfg.fusion.drop_hedges else call.query
 
 
 def bm25_fact_signal(conn: Any, call: Call) -> list[tuple[str, float]]:
     """Facts by BM25 over their subject and text (``fact_keyword``), as keyword signals."""
-    found = signals.bm25_facts(conn, call.agent_id, keyword_query(call), call.as_of, call.cfg.min_confidence,
-                               call.cfg.candidate_pool)
+    found = signals.bm25_facts(conn, call.agent_id, keyword_query(call), call.as_of, call.cfg.filters.min_confidence,
+                               call.cfg.candidates.candidate_pool)
     call.lists["fact_keyword"] = (FACT, [fid for fid, _ in found])
     return _normalised(found)
 
@@ -36,7 +36,7 @@ def message_bm25(conn: Any, call: Call) -> list[tuple[str, float]]:
     """BM25's best turns (``message_keyword``), id and score: the part of ``message_signals``
     that needs no vector, read while the question is still being embedded (ADR-0042)."""
     return signals.bm25_messages(conn, call.agent_id, keyword_query(call), call.as_of,
-                                 call.cfg.candidate_pool)
+                                 call.cfg.candidates.candidate_pool)
 
 
 def message_signals(

@@ -28,10 +28,10 @@ def semantic_facts(
 ) -> list[tuple[str, float]]:
     """(fact_id, cosine) of the nearest facts above the similarity threshold, HNSW order
     (exact below ``exact_rows`` rows of the agent, see ``nearest_cte``, or as ``small`` says)."""
-    limit = cfg.candidate_pool
+    limit = cfg.candidates.candidate_pool
     where = f"{fact_visibility(as_of)} AND f.confidence >= %(minc)s"
     with batch(conn):  # the settings and the search travel in one round trip
-        set_hnsw(conn, max(cfg.hnsw_ef_search, limit))
+        set_hnsw(conn, max(cfg.candidates.hnsw_ef_search, limit))
         cur = conn.execute(
             f"WITH {nearest_cte('mem_facts', 'f', 'fact_id', where, exact_rows, small)}"
             " SELECT fact_id, 1 - d FROM nn WHERE d <= %(maxd)s ORDER BY d, fact_id",
@@ -39,7 +39,7 @@ def semantic_facts(
                 "q": qvec,
                 "a": agent_id,
                 "t": as_of,
-                "minc": cfg.min_confidence,
+                "minc": cfg.filters.min_confidence,
                 "n": limit,
                 "maxd": 1.0 - similarity_threshold(cfg, floor),
             },

@@ -66,7 +66,7 @@ def escape_like(word: str) -> str:
 
 def similarity_threshold(cfg: RetrieveConfig, floor: float) -> float:
     """Raw cosine matching ``min_similarity`` on the calibrated scale."""
-    return floor + cfg.min_similarity * (1.0 - floor)
+    return floor + cfg.filters.min_similarity * (1.0 - floor)
 
 
 HNSW_EF_SEARCH_MAX = 1000  # pgvector's upper bound for hnsw.ef_search

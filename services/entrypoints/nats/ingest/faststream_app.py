@@ -109,46 +109,21 @@ def build_ingest_app(
         batch_records=batch_records,
         extraction_attempts=extraction_attempts,
     )
-    dead_stream = JStream(deadletter_stream_name(prefix), subjects=[deadletter_subject(prefix)],
-                          num_replicas=replicas)
-
-    async def handle(raw: Any) -> None:
-        if metrics is None:
-            await service.handle(raw)
-            return
-        metrics.ingest_received(raw)
-        try:
-            await service.handle(raw)
-        finally:
-            metrics.ingest_settled()
-
     consumers = PartitionConsumers(
         lambda: broker._connection,  # noqa: SLF001 - the broker's connected nats-py client
-        handle,
+        _metered(service, metrics),
         prefix=prefix,
         durable=durable,
         partitions=partitions,
         replicas=replicas,
         leases=leases,
         lease_scope=lease_scope,
-        consumer_config={
-            "ack_wait": ack_wait,
-            # server-side bound above ours: only reached if the process dies on a message
-            "max_deliver": max_deliver + 3,
-            "max_ack_pending": max(1000, batch_size * 4),
-        },
+        consumer_config=_consumer_config(ack_wait, max_deliver, batch_size),
         batch_size=batch_size,
         fetch_timeout=min(fetch_timeout, 1.0),  # also how long a released partition takes
         on_take=service.forget_consumer,
     )
-    # The dead-letter publisher only declares its stream (and documents it in AsyncAPI).
-    broker.publisher(
-        deadletter_subject(prefix),
-        stream=dead_stream,
-        schema=DeadLetter,
-        title="engramdb dead letters",
-        description="Messages that can never be stored, with the reason.",
-    )
+    _declare_dead_letters(broker, prefix, replicas)
 
     async def startup() -> None:
         if service.pipeline is None and pipeline_factory is not None:
@@ -161,6 +136,44 @@ def build_ingest_app(
     app.ingest_service = service  # type: ignore[attr-defined]
     app.ingest_consumers = consumers  # type: ignore[attr-defined]
     return app, broker
+
+
+def _metered(service: IngestService, metrics: Metrics | None) -> Callable[[Any], Any]:
+    """The consumers' handler: the service's, counted in ``metrics`` when there are any."""
+    if metrics is None:
+        return service.handle
+    registry = metrics
+
+    async def handle(raw: Any) -> None:
+        registry.ingest_received(raw)
+        try:
+            await service.handle(raw)
+        finally:
+            registry.ingest_settled()
+
+    return handle
+
+
+def _consumer_config(ack_wait: float, max_deliver: int, batch_size: int) -> dict[str, Any]:
+    return {
+        "ack_wait": ack_wait,
+        # server-side bound above ours: only reached if the process dies on a message
+        "max_deliver": max_deliver + 3,
+        "max_ack_pending": max(1000, batch_size * 4),
+    }
+
+
+def _declare_dead_letters(broker: NatsBroker, prefix: str, replicas: int) -> None:
+    """The dead-letter publisher only declares its stream (and documents it in AsyncAPI)."""
+    dead_stream = JStream(deadletter_stream_name(prefix), subjects=[deadletter_subject(prefix)],
+                          num_replicas=replicas)
+    broker.publisher(
+        deadletter_subject(prefix),
+        stream=dead_stream,
+        schema=DeadLetter,
+        title="engramdb dead letters",
+        description="Messages that can never be stored, with the reason.",
+    )
 
 
 async def run_ingest(app: FastStream) -> None:
