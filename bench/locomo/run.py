@@ -386,6 +386,12 @@ def build_parser() -> argparse.ArgumentParser:
         "only the extractor uses the model — what the rule-based run gets too",
     )
     p.add_argument(
+        "--llm-no-repair",
+        action="store_true",
+        help="configured mode: the LLM extractor without its post-processing "
+        "(services/extraction/llm_postprocess.py), to measure what the repairs change",
+    )
+    p.add_argument(
         "--dump-facts",
         action="store_true",
         help="also write every stored fact (text, subject, attribute, category, sources) to "
@@ -431,7 +437,7 @@ def _settings(args: argparse.Namespace, data_dir: Path | None) -> Any:
 
 
 def _open_memory(settings: Any, embedder: Any, extractor: Any, cassette: Any = None,
-                 llm_resolution: bool = True) -> Any:
+                 llm_resolution: bool = True, repair: bool = True) -> Any:
     """Observations mode runs with no LLM at all (entity resolution included), so it is
     deterministic and offline; configured mode uses whatever the settings configure, or a
     recording/replaying cassette around it (``--llm-record`` / ``--llm-replay``)."""
@@ -441,8 +447,15 @@ def _open_memory(settings: Any, embedder: Any, extractor: Any, cassette: Any = N
     if extractor is not None:
         return Memory.open(settings, llm=None, embedder=embedder, extractor=extractor)
     config = None if llm_resolution else WriteConfig(enable_llm_resolution=False)
-    if cassette is not None:
-        return Memory.open(settings, llm=cassette, embedder=embedder, write_config=config)
+    if cassette is not None or not repair:
+        from engramdb.infra.providers.factory import make_llm
+        from engramdb.services.extraction.llm_extractor import LLMExtractor
+
+        llm = cassette if cassette is not None else make_llm(settings)
+        chosen = None if llm is None else LLMExtractor(
+            llm, timeout_sec=settings.llm_timeout_sec, repair=repair)
+        return Memory.open(settings, llm=llm, embedder=embedder, write_config=config,
+                           extractor=chosen)
     return Memory.open(settings, embedder=embedder, write_config=config)
 
 
@@ -579,7 +592,8 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
             cassette = _cassette(args, settings) if extractor is None else None
             memory = _open_memory(settings, embedder, extractor, cassette,
-                                  llm_resolution=not args.no_llm_resolution)
+                                  llm_resolution=not args.no_llm_resolution,
+                                  repair=not args.llm_no_repair)
             try:
                 from bench.locomo.engramdb_side import run_engramdb
 

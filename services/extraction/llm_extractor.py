@@ -257,8 +257,10 @@ class LLMExtractor:
         llm: LLMProvider,
         timeout_sec: float = 30.0,
         prompt_version: str = DEFAULT_PROMPT_VERSION,
+        repair: bool = True,
     ) -> None:
         self.llm = llm
+        self.repair = repair  # llm_postprocess; off only to measure what it changes
         self.timeout_sec = timeout_sec
         self.prompt = load_prompt(prompt_version)  # fail fast on a missing prompt file
         self.info = ExtractorInfo(
@@ -319,7 +321,8 @@ class LLMExtractor:
             return done(None, f"LLM returned {type(raw).__name__}, expected str", None, 1)
         try:
             extraction, problems = parse_extraction(raw, request.max_facts)
-            extraction = postprocess(extraction, request, problems)
+            if self.repair:
+                extraction = postprocess(extraction, request, problems)
         except ValueError as exc:
             if approx_tokens(raw) >= max_tokens * 0.9:
                 exc = ValueError(f"{exc} (output probably cut at max_tokens={max_tokens})")
