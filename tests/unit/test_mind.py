@@ -190,3 +190,16 @@ def test_cassette_records_replays_and_resumes(tmp_path: Path) -> None:
 def test_encouragement_is_not_a_directive(sentence: str) -> None:
     """Seen on LoCoMo (two friends talking): "keep it up" is not an instruction to the agent."""
     assert directive_in(sentence) is None
+
+
+def test_llm_attribute_needs_a_cue_in_the_fact_and_i_am_is_rewritten() -> None:
+    """Seen on LoCoMo with the 1.5B model: ``hometown`` on a compliment superseded the last
+    "hometown" fact; "I'm glad" became "Melanie 'm glad"."""
+    out = llm_extract("Yes, this is my own painting. I'm glad you like it.", {"facts": [
+        {"text": "Yes, this is my own painting.", "entity": "Ana", "attribute_key": "hometown"},
+        {"text": "I'm glad you like it", "entity": "Ana", "attribute_key": None},
+        {"text": "Ana is from Recife", "entity": "Ana", "attribute_key": "hometown"},
+    ]})
+    painting, glad, origin = out.extraction.facts
+    assert painting.attribute_key is None and origin.attribute_key == "hometown"
+    assert glad.text == "Ana is glad you like it"
