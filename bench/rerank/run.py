@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--llm-record", type=Path, default=None, metavar="CASSETTE.jsonl")
     p.add_argument("--llm-replay", type=Path, default=None, metavar="CASSETTE.jsonl")
     p.add_argument("--out", type=Path, default=Path("bench/results"))
+    p.add_argument("--max-minutes", type=float, default=None,
+                   help="stop asking new questions after this long and report what was asked "
+                   "(a slow local model on a shared box)")
     return p
 
 
@@ -124,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
                 agent = f"rerank-{conv.sample_id}-{run_id}"
                 ingest_conversation(memory, conv, agent, ingest)
                 for n, q in enumerate(scorable(conv), start=1):
+                    if args.max_minutes is not None and time.perf_counter() - started > args.max_minutes * 60:
+                        break
                     for arm in ("off", "on"):
                         cfg = {**base, "enable_reranker": arm == "on"}
                         t0 = time.perf_counter()
@@ -150,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python -m bench.rerank.run " + " ".join(sys.argv[1:] if argv is None else argv),
         "model": getattr(llm, "name", None),
         "questions": len(rows["on"]),
+        "stopped_by_max_minutes": args.max_minutes is not None
+        and sum(len(scorable(c)) for c in conversations) > len(rows["on"]),
         "questions_overall": sum(1 for r in rows["on"] if r["category"] in SCORED_CATEGORIES),
         "topk": args.topk, "timeout_sec": args.timeout,
         "recall": {arm: {m: _recall(rows[arm], m) for m in ("recall@5", "recall@10", "recall@20")}
