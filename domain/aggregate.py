@@ -36,7 +36,7 @@ from eventsourcing.utils import register_topic
 
 from engramdb.domain.erasure import AgentErasedError
 from engramdb.domain.errors import DecisionRejected
-from engramdb.domain.keys import agent_aggregate_id, fact_fingerprint, fold, message_record_id
+from engramdb.domain.keys import agent_aggregate_id, fact_fingerprint, match_key, message_record_id
 from engramdb.domain.payloads import FactPayload, check_sources, upcast_single_source
 
 # Index positions inside an active-fact entry; lists (not tuples) survive JSON snapshots.
@@ -197,7 +197,7 @@ class AgentMemory(Aggregate):
         ]
 
     def entity_for_alias(self, alias: str) -> str | None:
-        return self.aliases.get(fold(alias))
+        return self.aliases.get(match_key(alias))
 
     # ----- entity commands ---------------------------------------------------------------
 
@@ -234,22 +234,22 @@ class AgentMemory(Aggregate):
         decided_by: dict[str, Any],
     ) -> None:
         self.entities[entity_key] = [display_name, entity_type]
-        self.aliases.setdefault(fold(display_name), entity_key)
+        self.aliases.setdefault(match_key(display_name), entity_key)
         for alias in aliases:
-            self.aliases.setdefault(fold(alias), entity_key)
+            self.aliases.setdefault(match_key(alias), entity_key)
 
     def add_alias(self, entity_key: str, alias: str, message_id: str | None) -> None:
         entity_key = self.canonical_entity(entity_key)
         if entity_key not in self.entities:
             raise DecisionRejected(f"cannot alias unknown entity {entity_key!r}")
-        owner = self.aliases.get(fold(alias))
+        owner = self.aliases.get(match_key(alias))
         if owner == entity_key or not alias.strip():
             return  # already known: nothing to decide
         self._entity_aliased(entity_key=entity_key, alias=alias.strip(), message_id=message_id)
 
     @event(EntityAliased)
     def _entity_aliased(self, entity_key: str, alias: str, message_id: str | None) -> None:
-        self.aliases[fold(alias)] = entity_key
+        self.aliases[match_key(alias)] = entity_key
 
     def merge_entities(
         self, merged_key: str, into_key: str, message_id: str | None, reason: str

@@ -27,7 +27,7 @@ from typing import Any, Literal
 from engramdb.domain.aggregate import AgentMemory
 from engramdb.domain.errors import DecisionRejected
 from engramdb.domain.extraction import ExtractedFact, Extraction
-from engramdb.domain.keys import fact_fingerprint, fold, new_fact_id
+from engramdb.domain.keys import fact_fingerprint, match_key, new_fact_id
 from engramdb.domain.payloads import FactPayload, fact_sources
 from engramdb.domain.resolution import Resolution
 
@@ -93,7 +93,7 @@ def apply_extraction(
     for ordinal, fact in enumerate(extraction.facts[:max_facts]):
         _decide_fact(memory, fact, ordinal, resolutions, ctx, report)
     for rel in extraction.relationships:
-        source, target = resolutions.get(fold(rel.source)), resolutions.get(fold(rel.target))
+        source, target = resolutions.get(match_key(rel.source)), resolutions.get(match_key(rel.target))
         payload = rel.model_dump()
         if source is None or target is None:
             _reject(
@@ -150,7 +150,7 @@ def _decide_fact(
     report: DecisionReport,
 ) -> None:
     payload = fact.model_dump(mode="json")
-    primary = resolutions.get(fold(fact.entity))
+    primary = resolutions.get(match_key(fact.entity))
     if primary is None:
         _reject(
             memory, report, ctx, payload, f"fact subject {fact.entity!r} is not a resolved entity"
@@ -196,7 +196,7 @@ def _linked_entities(
     """The canonical keys of the resolved entities the fact mentions, besides its subject."""
     linked: list[str] = []
     for name in fact.mentions:
-        res = resolutions.get(fold(name))
+        res = resolutions.get(match_key(name))
         if res is not None:
             key = memory.canonical_entity(res.entity_key)
             if key != entity and key not in linked:

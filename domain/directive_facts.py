@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from engramdb.domain.directives import DIRECTIVE_CATEGORY, ExtractedDirective, topic_key
 from engramdb.domain.extraction import ConfidenceLevel, ExtractedEntity, ExtractedFact, Extraction
-from engramdb.domain.keys import fold
+from engramdb.domain.text import match_key as fold
 
 
 def directive_fact(directive: ExtractedDirective, speaker: str | None) -> ExtractedFact:

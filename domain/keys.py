@@ -12,7 +12,7 @@ import hashlib
 import re
 from uuid import NAMESPACE_URL, UUID, uuid5
 
-from engramdb.domain.text import fold
+from engramdb.domain.text import match_key
 
 _NAMESPACE = uuid5(NAMESPACE_URL, "https://engramdb.dev/ns")
 SELF_ENTITY_KEY = "person:user"
@@ -39,7 +39,7 @@ def new_fact_id(agent_id: str, message_id: str, ordinal: int, generation: int = 
 
 
 def slugify(name: str) -> str:
-    slug = _NON_SLUG.sub("-", fold(name)).strip("-")
+    slug = _NON_SLUG.sub("-", match_key(name)).strip("-")
     return slug or "unnamed"
 
 
@@ -50,12 +50,12 @@ def entity_key(entity_type: str, name: str) -> str:
 
 def self_entity_key(speaker: str | None) -> str:
     """The speaker's own entity: first person in a message refers to it."""
-    if not speaker or fold(speaker) in {"user", "me", "eu"}:
+    if not speaker or match_key(speaker) in {"user", "me", "eu"}:
         return SELF_ENTITY_KEY
     return entity_key("person", speaker)
 
 
 def fact_fingerprint(entity_key_: str, text: str) -> str:
     """Content identity of a fact, for NOOP detection (same subject, same statement)."""
-    normal = _SPACES.sub(" ", _PUNCT.sub(" ", fold(text))).strip()
+    normal = _SPACES.sub(" ", _PUNCT.sub(" ", match_key(text))).strip()
     return hashlib.sha1(f"{entity_key_}\x00{normal}".encode()).hexdigest()[:16]

@@ -14,7 +14,7 @@ from typing import Literal
 from rapidfuzz import fuzz, process
 
 from engramdb.domain.aggregate import AgentMemory
-from engramdb.domain.keys import entity_key, fold, self_entity_key
+from engramdb.domain.keys import entity_key, match_key, self_entity_key
 
 FUZZY_MERGE_THRESHOLD = 0.85
 AMBIGUOUS_FLOOR = 0.50
@@ -46,9 +46,9 @@ def resolve_name(
     ``pending`` holds folded names already resolved to new keys earlier in the same message,
     so two mentions of a new name in one message become one entity.
     """
-    folded = fold(name)
+    folded = match_key(name)
     own_key = self_entity_key(speaker)
-    if folded in _SELF_WORDS or (speaker and folded == fold(speaker)):
+    if folded in _SELF_WORDS or (speaker and folded == match_key(speaker)):
         return Resolution(name, "person", "self", own_key)
     if pending and folded in pending:
         return Resolution(name, entity_type, "exact", pending[folded])

@@ -20,8 +20,9 @@ from collections.abc import Iterator
 _SPACES = re.compile(r"\s+")
 
 
-def fold(text: str) -> str:
-    """Lower-case, accent-free, single-spaced: the form used to compare names and texts."""
+def match_key(text: str) -> str:
+    """Lower-case, accent-free, single-spaced: the form two names or texts are compared in
+    (not an event fold: ``domain/fold.py`` is that)."""
     decomposed = unicodedata.normalize("NFKD", text)
     ascii_ish = "".join(ch for ch in decomposed if not unicodedata.combining(ch))
     return _SPACES.sub(" ", ascii_ish.casefold()).strip()
@@ -29,7 +30,7 @@ def fold(text: str) -> str:
 
 def fold_case(text: str) -> str:
     """Case-fold and trim only, accents kept: the rule-based extractor's comparison form
-    ("José" and "Jose" stay distinct there). Not :func:`fold`; swapping them would change
+    ("José" and "Jose" stay distinct there). Not :func:`match_key`; swapping them would change
     which names the extractor merges."""
     return text.casefold().strip()
 

@@ -39,6 +39,7 @@ _check_layer_links()
 # public name -> module that defines it (one place; tests/integration/test_packaging.py pins it)
 _EXPORTS: dict[str, str] = {
     "Memory": "engramdb.services.memory.facade",
+    "AsyncMemory": "engramdb.services.memory.async_facade",
     "Settings": "engramdb.infra.settings",
     "ConversationMessage": "engramdb.services.write.messages",
     "InvalidMessage": "engramdb.services.write.messages",
@@ -75,6 +76,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from engramdb.infra.settings import Settings as Settings
     from engramdb.projections.read_model import EmbeddingModelMismatch as EmbeddingModelMismatch
     from engramdb.services.extraction.port import Extractor as Extractor
+    from engramdb.services.memory.async_facade import AsyncMemory as AsyncMemory
     from engramdb.services.memory.facade import Memory as Memory
     from engramdb.services.retrieve.config import RetrieveConfig as RetrieveConfig
     from engramdb.services.retrieve.config import UnknownConfigKey as UnknownConfigKey

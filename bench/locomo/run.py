@@ -4,8 +4,8 @@ and the ``facts-cosine`` reference (plain cosine over the facts engramdb stored)
 What it measures: for each question, which share of the gold evidence turns (``dia_id``)
 the top-k retrieved units cover. One agent per conversation; every session is written in
 order through the real write pipeline (``Memory.write``), then every question is asked of
-``Memory.retrieve`` with the reranker off. See ``docs/benchmarks.md`` for the method, the
-figures and the command that reproduces them.
+``Memory.retrieve`` with the reranker off. See ``docs/benchmarks.md`` for the
+figures and the command that reproduces them, ``docs/benchmarks-log.md`` for the method.
 
 Units and merge: engramdb returns facts (each covering its ``source_message_ids``) and
 conversations/events (each covering its ``message_id``) in two lists with their own

@@ -36,7 +36,7 @@ from pydantic import ValidationError
 from engramdb.domain.directives import ExtractedDirective
 from engramdb.domain.emotion import ExtractedEmotion
 from engramdb.domain.extraction import ExtractedFact, Extraction, ExtractionInput
-from engramdb.domain.keys import fold
+from engramdb.domain.text import match_key as fold
 from engramdb.services.extraction.rule_based.directives import directive_in
 from engramdb.services.extraction.rule_based.emotion import lexicon_emotion
 from engramdb.services.extraction.rule_based.patterns import SENTENCE_SPLIT

@@ -97,6 +97,9 @@ class MessageFilter(PageParams):
 
 class FactItem(FactSnapshot):
     speaker: str | None = None
+    metadata: dict[str, Any] = Field(
+        default_factory=dict, description="inherited from the source turns (the fact's own first)"
+    )
 
 
 class SourceMessage(BaseModel):
@@ -106,6 +109,7 @@ class SourceMessage(BaseModel):
     session_id: str | None = None
     occurred_at: datetime | None = None
     hidden: bool = Field(default=False, description="hidden from retrieval (retracted or forgotten)")
+    metadata: dict[str, Any] = Field(default_factory=dict)
 
 
 class FactDetail(FactItem):
@@ -151,6 +155,7 @@ class MessageItem(BaseModel):
     extractor: str | None
     extraction_error: str | None
     hidden: bool = Field(description="hidden from retrieval (retracted or forgotten)")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="as written with the turn")
     emotion: str | None = Field(None, description="the emotion the extraction read (issue 26)")
     emotion_intensity: float | None = Field(None, description="0..1 (low 0.3, medium 0.6, high 0.9)")
     emotion_detector: str | None = Field(
@@ -247,3 +252,14 @@ class ReprocessResult(BaseModel):
         default_factory=list, description="not processed yet (pending: use --failed)"
     )
     position: int = Field(default=0, description="notification id to wait for (read-your-writes)")
+
+
+class UpdateResult(BaseModel):
+    """What ``Memory.update_fact`` did (issue 24): ``fact_id`` was superseded by
+    ``new_fact_id`` saying ``text`` (a ``FactUpdated`` decided by the user)."""
+
+    agent_id: str
+    fact_id: str
+    new_fact_id: str
+    text: str
+    position: int = Field(description="notification id to wait for (read-your-writes)")

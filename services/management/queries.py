@@ -19,7 +19,8 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from engramdb.domain.agent_id import check_agent_id
-from engramdb.domain.keys import fold
+from engramdb.domain.keys import match_key
+from engramdb.services.management.metadata_filter import MetadataFilter
 from engramdb.services.management.models import (
     AgentItem,
     EntityItem,
@@ -41,7 +42,19 @@ _FACT_COLUMNS = (
     "f.fact_id, f.entity_key, f.attribute_key, f.fact_text AS text, f.category, f.confidence, "
     "f.status, f.valid_from, f.valid_to, f.recorded_at, f.invalidated_at, "
     "f.reinforcement_count, f.supersedes_fact_id, f.superseded_by, f.source_message_ids, "
-    "f.decided_by, f.speaker"
+    "f.decided_by, f.speaker, "
+    # a fact inherits its source turns' metadata (issue 24): a key's value comes from the
+    # earliest source that has it (the fact's own message first)
+    "(SELECT coalesce(jsonb_object_agg(kv.key, kv.value), '{}'::jsonb) FROM ("
+    "SELECT DISTINCT ON (e.key) e.key, e.value FROM unnest(f.source_message_ids) "
+    "WITH ORDINALITY s(mid, ord) JOIN mem_messages sm ON sm.agent_id = f.agent_id "
+    "AND sm.message_id = s.mid, jsonb_each(sm.metadata) e ORDER BY e.key, s.ord) kv) AS metadata"
+)
+
+# facts whose source turns' metadata satisfy a metadata filter (services/management/metadata_filter.py)
+_FACT_METADATA = (
+    "EXISTS (SELECT 1 FROM mem_messages sm WHERE sm.agent_id = f.agent_id "
+    "AND sm.message_id = ANY(f.source_message_ids) AND ({}))"
 )
 
 # a turn is hidden from retrieval when a retraction or "forget the agent" hid it (ADR-0016)
@@ -71,7 +84,7 @@ def resolve_entity(pool: ConnectionPool, agent_id: str, name: str) -> list[str]:
         pool,
         "SELECT entity_key FROM mem_entities WHERE agent_id = %(a)s AND entity_key = %(n)s "
         "UNION SELECT entity_key FROM mem_aliases WHERE agent_id = %(a)s AND alias_folded = %(f)s",
-        {"a": agent_id, "n": name, "f": fold(name)},
+        {"a": agent_id, "n": name, "f": match_key(name)},
     )
     keys = {r["entity_key"] for r in rows}
     if keys:
@@ -85,10 +98,15 @@ def resolve_entity(pool: ConnectionPool, agent_id: str, name: str) -> list[str]:
     return sorted(keys)
 
 
-def list_facts(pool: ConnectionPool, agent_id: str, flt: FactFilter) -> Page[FactItem]:
+def list_facts(
+    pool: ConnectionPool, agent_id: str, flt: FactFilter, metadata: MetadataFilter | None = None
+) -> Page[FactItem]:
+    """``metadata``: only facts one of whose source turns matches it, decided in SQL."""
     check_agent_id(agent_id)
     params: dict[str, Any] = {"a": agent_id, "n": flt.limit + 1}
     where = ["f.agent_id = %(a)s"]
+    if metadata is not None:
+        where.append(_FACT_METADATA.format(metadata.sql("sm.metadata", params)))
     status = flt.status or ("all" if flt.valid_at or flt.as_of else "active")
     if status != "all":
         where.append("f.status = %(status)s")
@@ -153,7 +171,7 @@ def get_fact(pool: ConnectionPool, agent_id: str, fact_id: str) -> FactDetail:
         r["message_id"]: r
         for r in _rows(
             pool,
-            f"SELECT m.message_id, m.text, m.speaker, m.session_id, m.occurred_at, {_HIDDEN} "
+            f"SELECT m.message_id, m.text, m.speaker, m.session_id, m.occurred_at, m.metadata, {_HIDDEN} "
             "AS hidden FROM mem_messages m WHERE m.agent_id = %(a)s AND m.message_id = ANY(%(ids)s)",
             {"a": agent_id, "ids": row["source_message_ids"]},
         )
@@ -210,11 +228,15 @@ def list_agents(pool: ConnectionPool, page: PageParams) -> Page[AgentItem]:
     return Page[AgentItem](**_page(items, page.limit, lambda a: (a.agent_id,)))
 
 
-def list_messages(pool: ConnectionPool, agent_id: str, flt: MessageFilter) -> Page[MessageItem]:
+def list_messages(
+    pool: ConnectionPool, agent_id: str, flt: MessageFilter, metadata: MetadataFilter | None = None
+) -> Page[MessageItem]:
     """The agent's recorded turns (hidden ones included and marked), by ``occurred_at``."""
     check_agent_id(agent_id)
     params: dict[str, Any] = {"a": agent_id, "n": flt.limit + 1}
     where = ["m.agent_id = %(a)s"]
+    if metadata is not None:
+        where.append(metadata.sql("m.metadata", params))
     if flt.session is not None:
         params["session"] = flt.session
         where.append("m.session_id = %(session)s")
@@ -227,7 +249,7 @@ def list_messages(pool: ConnectionPool, agent_id: str, flt: MessageFilter) -> Pa
     rows = _rows(
         pool,
         "SELECT m.message_id, m.session_id, m.speaker, m.text, m.occurred_at, m.recorded_at, "
-        f"m.processed, m.extractor, m.extraction_error, {_HIDDEN} AS hidden, "
+        f"m.processed, m.extractor, m.extraction_error, m.metadata, {_HIDDEN} AS hidden, "
         "m.emotion, m.emotion_intensity, m.emotion_detector "
         f"FROM mem_messages m WHERE {' AND '.join(where)} "
         "ORDER BY m.occurred_at, m.message_id LIMIT %(n)s",

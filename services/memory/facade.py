@@ -43,6 +43,8 @@ from engramdb.services.management.pending import (
 )
 from engramdb.services.management.retrier import retrier_holder
 from engramdb.services.memory.cell import Cell, cell_databases
+from engramdb.services.memory.facade_edit import EditMixin
+from engramdb.services.memory.facade_inspect import InspectMixin
 from engramdb.services.memory.facade_management import ManageMixin
 from engramdb.services.memory.router import (
     CellPipelines,
@@ -60,7 +62,7 @@ from engramdb.services.write.pipeline import WriteConfig, WritePipeline, WriteRe
 _UNSET: Any = object()
 
 
-class Memory(SingleCellMixin, ManageMixin):
+class Memory(SingleCellMixin, ManageMixin, InspectMixin, EditMixin):
     """Long-term memory for agents. Open with ``Memory.open()``; close (or use ``with``).
 
     Agents live in cells (``ENGRAMDB_CELLS``, ADR-0028): every per-agent call goes to the

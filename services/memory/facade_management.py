@@ -7,11 +7,13 @@ facade stays a wiring module: list/get facts, list entities/agents/messages (rea
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from engramdb.domain.agent_id import check_agent_id
 from engramdb.services.management import queries
 from engramdb.services.management.commands import delete_fact, forget_agent
 from engramdb.services.management.erase import erase_agent
+from engramdb.services.management.metadata_filter import MetadataFilter
 from engramdb.services.management.models import (
     AgentItem,
     DeleteResult,
@@ -57,15 +59,17 @@ class ManageMixin:
         text: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        metadata: dict[str, Any] | None = None,
         category: str | None = None,
     ) -> Page[FactItem]:
-        """A page of the agent's facts (active by default), oldest decision first;
+        """A page of the agent's facts (active by default), oldest decision first.
+        ``metadata``: a filter on the source turns' metadata (``management/metadata_filter``);
         ``category="directive"`` lists the procedural directives (ADR-0045)."""
         flt = FactFilter(
             status=status, entity=entity, session=session, speaker=speaker, valid_at=valid_at,
             as_of=as_of, text=text, limit=limit, cursor=cursor, category=category,
         )
-        return queries.list_facts(self.cell(agent_id).pool, agent_id, flt)
+        return queries.list_facts(self.cell(agent_id).pool, agent_id, flt, _metadata(metadata))
 
     def get_fact(self, agent_id: str, fact_id: str) -> FactDetail:
         """One fact (any status) with its source turns and a link to its history."""
@@ -90,9 +94,12 @@ class ManageMixin:
         speaker: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> Page[MessageItem]:
         flt = MessageFilter(session=session, speaker=speaker, limit=limit, cursor=cursor)
-        return queries.list_messages(self.cell(agent_id).pool, agent_id, flt)
+        return queries.list_messages(
+            self.cell(agent_id).pool, agent_id, flt, _metadata(metadata)
+        )
 
     def delete_fact(
         self, agent_id: str, fact_id: str, *, actor: str | None = None, via: str = "python"
@@ -124,3 +131,7 @@ class ManageMixin:
         check_agent_id(agent_id)
         cell = self.cell(agent_id)
         return reprocess(cell.pipeline, cell.pool, agent_id, message_id)
+
+
+def _metadata(tree: dict[str, Any] | None) -> MetadataFilter | None:
+    return None if tree is None else MetadataFilter(tree)

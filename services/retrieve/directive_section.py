@@ -27,7 +27,7 @@ from engramdb.domain.directives import ATTRIBUTE_PREFIX, DIRECTIVE_CATEGORY
 from engramdb.domain.text import approx_tokens
 from engramdb.services.retrieve.models import Directive, ScoredEvent, ScoredFact
 from engramdb.services.retrieve.signals.shared import fact_visibility
-from engramdb.services.retrieve.stages import Call
+from engramdb.services.retrieve.stages import RetrieveCall as Call
 
 MAX_DIRECTIVES = 20
 DIRECTIVE_SHARE = 0.25

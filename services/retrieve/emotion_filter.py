@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from engramdb.services.retrieve.rank import Candidate, EventCandidate
-from engramdb.services.retrieve.stages import Call
+from engramdb.services.retrieve.stages import RetrieveCall as Call
 
 _SQL = (
     "SELECT message_id FROM mem_messages WHERE agent_id = %(a)s "

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from engramdb.services.retrieve.rank import Candidate, EventCandidate, order_key
-from engramdb.services.retrieve.stages import Call
+from engramdb.services.retrieve.stages import RetrieveCall
 
 _CITED_SQL = """
 SELECT DISTINCT f FROM mem_patterns p, unnest(p.supporting_fact_ids) f
@@ -32,7 +32,7 @@ def cited_by_patterns(conn: Any, agent_id: str, fact_ids: list[str], as_of: Any)
     return {r[0] for r in rows}
 
 
-def reweight(pool: Any, call: Call, ranked: list[Candidate],
+def reweight(pool: Any, call: RetrieveCall, ranked: list[Candidate],
              events: list[EventCandidate]) -> tuple[list[Candidate], list[EventCandidate]]:
     """The two levers applied (in place) and both lists re-sorted; untouched when both are 0."""
     imp, pat = call.cfg.scoring.importance_boost, call.cfg.scoring.pattern_fact_boost

@@ -68,8 +68,8 @@ from engramdb.services.retrieve.signals.rrf_lists import (
 )
 from engramdb.services.retrieve.size_gate import SizeGate
 from engramdb.services.retrieve.stages import (
-    Call,
     EventsOut,
+    RetrieveCall,
     SideOut,
     format_result,
     merge,
@@ -243,7 +243,7 @@ class Retriever:
         analysis: QueryAnalysis,
         trace: Trace,
         plan_start: float,
-    ) -> Call:
+    ) -> RetrieveCall:
         """Keyword words and the similarity floor; the query embedding starts in a worker."""
         words = signals.keyword_words(q, cfg.candidates.keyword_max_words, cfg.candidates.keyword_min_word_len)
         trace.note(keyword_words=words)
@@ -251,10 +251,10 @@ class Retriever:
         trace.note(similarity_floor=floor,
                    similarity_threshold_cosine=round(signals.similarity_threshold(cfg, floor), 6))
         f_embed: Future[tuple[str, float]] = self._workers.embed(self._embed, q)
-        return Call(agent_id, q, cfg, as_of, analysis, trace, plan_start, words, floor, f_embed)
+        return RetrieveCall(agent_id, q, cfg, as_of, analysis, trace, plan_start, words, floor, f_embed)
 
     def _fact_stages(
-        self, call: Call, conn: Any
+        self, call: RetrieveCall, conn: Any
     ) -> tuple[RetrievalPlan, datetime, list[Candidate], int, Future[EventsOut] | None]:
         """Every fact stage on the main connection; with a worker pool the messages and
         keyword + semantic facts run beside them on workers, else here after them."""
@@ -310,7 +310,7 @@ class Retriever:
         return plan, anchor, ranked, n_merged + n_spread, f_events
 
     def _start_side_signals(
-        self, call: Call, conn: Any
+        self, call: RetrieveCall, conn: Any
     ) -> tuple[Future[SideOut] | None, list[tuple[str, float]]]:
         """The keyword facts (IDF counts + scoring, the longest fact statement at 100k) and
         then the semantic search run on a worker connection beside plan → graph → aggregation
@@ -324,12 +324,12 @@ class Retriever:
         return None, keyword
 
     @staticmethod
-    def _keyword_facts(conn: Any, call: Call) -> list[tuple[str, float]]:
+    def _keyword_facts(conn: Any, call: RetrieveCall) -> list[tuple[str, float]]:
         if call.cfg.scoring.ranking == "rrf":
             return bm25_fact_signal(conn, call)
         return signals.keyword_facts(conn, call.agent_id, call.words, call.cfg, call.as_of, call.modes["mem_facts"])
 
-    def _side_signals(self, call: Call) -> SideOut:
+    def _side_signals(self, call: RetrieveCall) -> SideOut:
         side_start = time.perf_counter()
         with self._workers.connection() as side_conn:
             found = self._keyword_facts(side_conn, call)
@@ -341,17 +341,17 @@ class Retriever:
                     if qv else [])
         return found, kw_ms, near, ms(sem_start)
 
-    def _sweep_signal(self, call: Call, started: subject_sweep.Started) -> subject_sweep.Swept:
+    def _sweep_signal(self, call: RetrieveCall, started: subject_sweep.Started) -> subject_sweep.Swept:
         """The subject sweep's statements on a worker connection (ADR-0038)."""
         with self._workers.connection() as sweep_conn:
             return subject_sweep.run(call, sweep_conn, started, call.query_vector, self.exact_search_rows)
 
-    def _events_signal(self, call: Call) -> EventsOut:
+    def _events_signal(self, call: RetrieveCall) -> EventsOut:
         """Messages run beside the fact signals on a worker connection (the second core)."""
         with self._workers.connection() as ev_conn:
             return self._events_on(ev_conn, call)
 
-    def _events_on(self, conn: Any, call: Call) -> EventsOut:
+    def _events_on(self, conn: Any, call: RetrieveCall) -> EventsOut:
         bm25_ms = 0.0
         bm25_found = None
         if call.cfg.scoring.ranking == "rrf":  # BM25 needs no vector: read while it is embedded (ADR-0042)
@@ -369,14 +369,14 @@ class Retriever:
         return sig, rows_, bm25_ms + ms(ev_start)
 
     def _graph(
-        self, call: Call, conn: Any, plan: RetrievalPlan, lookup: PlannerLookup, anchor: datetime
+        self, call: RetrieveCall, conn: Any, plan: RetrievalPlan, lookup: PlannerLookup, anchor: datetime
     ) -> tuple[list[signals.GraphHit], dict[str, signals.GraphNode]]:
         seeds = {e.entity_key: e.in_query for e in plan.entities if e.source == "deterministic"}
         with call.trace.stage("graph"):
             return signals.graph_facts(
                 conn, call.agent_id, seeds, lookup.edges, call.cfg, call.as_of, anchor, plan.broad_query)
 
-    def _query_vector(self, call: Call) -> str | None:
+    def _query_vector(self, call: RetrieveCall) -> str | None:
         """The query vector, once the embedding worker is done (``None``: no semantic signal)."""
         try:
             qvec, call.trace.timings["embed"] = call.f_embed.result()
@@ -387,7 +387,7 @@ class Retriever:
 
     def _hydrate_and_rank(
         self,
-        call: Call,
+        call: RetrieveCall,
         conn: Any,
         signal_map: dict[str, dict[str, float]],
         structural: dict[str, float],
@@ -404,7 +404,7 @@ class Retriever:
         return ranked, len(cands)
 
     def _spread(
-        self, call: Call, conn: Any, ranked: list[Candidate], known: set[str], qvec: str | None, anchor: datetime
+        self, call: RetrieveCall, conn: Any, ranked: list[Candidate], known: set[str], qvec: str | None, anchor: datetime
     ) -> tuple[list[Candidate], int]:
         """Enhance: spreading activation + pattern signal (already in the formula)."""
         trace, cfg = call.trace, call.cfg
@@ -426,7 +426,7 @@ class Retriever:
         return ranked, len(spread.activation)
 
     def _events(
-        self, call: Call, f_events: Future[EventsOut] | None, anchor: datetime
+        self, call: RetrieveCall, f_events: Future[EventsOut] | None, anchor: datetime
     ) -> tuple[list[EventCandidate], list[tuple[Any, ...]]]:
         event_signals: dict[str, dict[str, float]] = {}
         event_rows: list[tuple[Any, ...]] = []
@@ -442,7 +442,7 @@ class Retriever:
         return rank_events(event_rows, event_signals, call.cfg, call.floor, anchor), event_rows
 
     def _fuse(
-        self, call: Call, ranked: list[Candidate], events: list[EventCandidate], anchor: datetime
+        self, call: RetrieveCall, ranked: list[Candidate], events: list[EventCandidate], anchor: datetime
     ) -> tuple[list[Candidate], list[EventCandidate]]:
         """Facts and turns in one reciprocal-rank fusion of the signals' rankings (ADR-0009),
         then the time and diversity levers when switched on (ADR-0021)."""
@@ -452,7 +452,7 @@ class Retriever:
         call.trace.count(**counts)
         return ranked, events
 
-    def _fusion_settings(self, call: Call, ranked: list[Candidate], anchor: datetime) -> dict[str, Any]:
+    def _fusion_settings(self, call: RetrieveCall, ranked: list[Candidate], anchor: datetime) -> dict[str, Any]:
         """The lists only the formula's ranking gives (once per call: a second fusion gets the
         formula's order, not its own) and the call's fusion arguments beside the lists."""
         cfg = call.cfg
@@ -472,7 +472,7 @@ class Retriever:
                 "tail_start": cfg.sweeps.person_lists_from, "memo": call.placements}
 
     def _top_units(
-        self, call: Call, ranked: list[Candidate], events: list[EventCandidate], anchor: datetime, n: int
+        self, call: RetrieveCall, ranked: list[Candidate], events: list[EventCandidate], anchor: datetime, n: int
     ) -> list[tuple[str, str]]:
         """The first fusion's top ``n`` (the tail lists' anchors) from its head's placement
         (``fusion.head_units``); the full fusion only when the top reaches below the head."""
@@ -485,7 +485,7 @@ class Retriever:
         return tail_lists.top_units(fused, fused_events, n)
 
     def _tail(
-        self, call: Call, candidates: list[Candidate], candidate_events: list[EventCandidate], anchor: datetime
+        self, call: RetrieveCall, candidates: list[Candidate], candidate_events: list[EventCandidate], anchor: datetime
     ) -> tuple[list[Candidate], list[EventCandidate]]:
         """ADR-0037: the tail lists (``fact_feedback`` / ``message_feedback``,
         ``message_neighbour``) from the top of the fusion of the other lists, their new facts
@@ -543,7 +543,7 @@ class Retriever:
         return self._fuse(call, ranked, events, anchor)
 
     def _decomposed(
-        self, call: Call, ranked: list[Candidate], events: list[EventCandidate], anchor: datetime
+        self, call: RetrieveCall, ranked: list[Candidate], events: list[EventCandidate], anchor: datetime
     ) -> tuple[list[Candidate], list[EventCandidate]]:
         """Lever (b) of ADR-0021: the question's parts, each through the same stages, fused
         with the whole question's ranking by RRF (``decompose``)."""
@@ -563,19 +563,19 @@ class Retriever:
             facts, evs = fuse_runs(runs, call.cfg.fusion.rrf_k)
         return facts, evs
 
-    def _prefetch_patterns(self, call: Call, candidates: list[Candidate]) -> Future[signals.PatternsNear] | None:
+    def _prefetch_patterns(self, call: RetrieveCall, candidates: list[Candidate]) -> Future[signals.PatternsNear] | None:
         """The patterns of every candidate fact, on a worker beside the last stages (ADR-0041);
         ``_patterns`` then picks those of the facts it returns without a round trip."""
         if call.cfg.sizes.topk_patterns <= 0:
             return None
         return self._workers.submit(self._patterns_near, call, [c.fact_id for c in candidates])
 
-    def _patterns_near(self, call: Call, candidate_ids: list[str]) -> signals.PatternsNear:
+    def _patterns_near(self, call: RetrieveCall, candidate_ids: list[str]) -> signals.PatternsNear:
         with self._workers.connection() as conn:
             return signals.prefetch_patterns(conn, call.agent_id, candidate_ids, call.words, call.as_of)
 
     def _patterns(
-        self, call: Call, facts: list[ScoredFact], events: list[ScoredEvent],
+        self, call: RetrieveCall, facts: list[ScoredFact], events: list[ScoredEvent],
         f_near: Future[signals.PatternsNear] | None = None,
     ) -> list[ScoredPattern]:
         if call.cfg.sizes.topk_patterns <= 0 or not (facts or events):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from engramdb.domain.keys import fold, slugify
+from engramdb.domain.keys import match_key, slugify
 from engramdb.domain.text import STOPWORDS_QUERY, WORD_RE, is_small_talk_query, ngram_spans
 from engramdb.services.retrieve.models import PlannedEntity, PlanReason, RetrievalPlan
 
@@ -86,7 +86,7 @@ class QueryAnalysis:
 
 def analyze_query(query: str, max_ngram: int = 4) -> QueryAnalysis:
     """Pure: what kind of query this is, and the n-grams that may name entities."""
-    folded = fold(query)
+    folded = match_key(query)
     tokens = WORD_RE.findall(folded)
     greeting = is_small_talk_query(tokens)
     broad = any(p.search(folded) for p in _BROAD)
@@ -245,7 +245,7 @@ def load_names(conn: Any, agent_id: str, analysis: QueryAnalysis) -> dict[str, l
         gram_set = set(grams)
         for alias_folded, key, name in rows:
             candidates = {alias_folded} if alias_folded else set()
-            candidates.add(fold(name))
+            candidates.add(match_key(name))
             slug_gram = slugs.get(key.split(":", 1)[-1])
             if slug_gram:
                 candidates.add(slug_gram)

@@ -26,7 +26,7 @@ from typing import Any
 
 from engramdb.domain.text import approx_tokens
 from engramdb.services.retrieve.models import EntityProfile, RetrievalPlan
-from engramdb.services.retrieve.stages import Call
+from engramdb.services.retrieve.stages import RetrieveCall
 
 MAX_PROFILES = 2
 PROFILE_SHARE = 0.15
@@ -38,7 +38,7 @@ SELECT entity_key, display_name, profile_text, coalesce(profile_method, '')
 """
 
 
-def profiles_for(pool: Any, call: Call, plan: RetrievalPlan) -> list[EntityProfile]:
+def profiles_for(pool: Any, call: RetrieveCall, plan: RetrievalPlan) -> list[EntityProfile]:
     """Profiles of the entities the query names, in the plan's order (none when off)."""
     if not call.cfg.context.profiles_in_context or call.as_of is not None:
         return []
@@ -80,7 +80,7 @@ def section(profiles: list[EntityProfile], budget: int) -> tuple[str, int]:
     return "\n".join(parts), len(parts)
 
 
-def format_with(call: Call, profiles: list[EntityProfile], fmt: Callable[[Call], str]) -> str:
+def format_with(call: RetrieveCall, profiles: list[EntityProfile], fmt: Callable[[RetrieveCall], str]) -> str:
     """``fmt`` (the spec's sections) within the budget less the profiles' reserve, then the
     section in what is left."""
     if not profiles:

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from engramdb.services.retrieve.config import RetrieveConfig
-from engramdb.services.retrieve.signals import FactRow, decay, floored_decay
+from engramdb.services.retrieve.signals import FactCandidate, decay, floored_decay
 
 FUSED = ("keyword", "graph", "spreading", "aggregation")
 
@@ -58,7 +58,7 @@ def effective_confidence(confidence: float, anchor: datetime, when: datetime | N
 
 @dataclass
 class Candidate:
-    row: FactRow
+    row: FactCandidate
     signals: dict[str, float] = field(default_factory=dict)  # keyword, graph, spreading, aggregation
     structural_graph: float = 0.0
     scores: dict[str, float] = field(default_factory=dict)

@@ -27,7 +27,7 @@ EventsOut = tuple[dict[str, dict[str, float]], list[tuple[Any, ...]], float]
 
 
 @dataclass
-class Call:
+class RetrieveCall:
     """One retrieve call's inputs and what its stages hand on (never shared between calls)."""
 
     agent_id: str
@@ -99,7 +99,7 @@ def recency_anchor(conn: Any, agent_id: str) -> tuple[datetime, str]:
 
 
 def plan_stage(
-    call: Call, conn: Any, names: dict[str, list[tuple[str, str]]] | None = None
+    call: RetrieveCall, conn: Any, names: dict[str, list[tuple[str, str]]] | None = None
 ) -> tuple[RetrievalPlan, PlannerLookup, datetime]:
     """The plan and the recency anchor (``names``: the planner's name lookup when already
     read, ``planner.load_names``). Its timing runs from the query analysis, less the keyword
@@ -125,7 +125,7 @@ def plan_stage(
 
 
 def select(
-    call: Call, ranked: list[Candidate], events: list[EventCandidate]
+    call: RetrieveCall, ranked: list[Candidate], events: list[EventCandidate]
 ) -> tuple[list[ScoredFact], list[ScoredEvent]]:
     """Above ``min_score``, the top facts, and the conversations they do not already say."""
     cfg = call.cfg
@@ -168,7 +168,7 @@ def select(
 
 
 def format_result(
-    call: Call, facts: list[ScoredFact], patterns: list[ScoredPattern], events: list[ScoredEvent]
+    call: RetrieveCall, facts: list[ScoredFact], patterns: list[ScoredPattern], events: list[ScoredEvent]
 ) -> str:
     """The context string within the token budget; what it showed goes to the trace."""
     with call.trace.stage("format"):

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from engramdb.domain.keys import fold
+from engramdb.domain.keys import match_key
 from engramdb.services.retrieve.fusion import EVENT, FACT
 from engramdb.services.retrieve.models import RetrievalPlan
 from engramdb.services.retrieve.planner import PlannerLookup, QueryAnalysis, build_plan
@@ -38,7 +38,7 @@ from engramdb.services.retrieve.signals.shared import (
     nearest_cte,
     set_hnsw,
 )
-from engramdb.services.retrieve.stages import Call
+from engramdb.services.retrieve.stages import RetrieveCall
 
 MAX_SUBJECTS = 2  # "What do Jon and Gina both like?" sweeps both; three or more: not about one subject
 
@@ -61,7 +61,7 @@ _LIST_CUES = [
 
 def is_list_question(query: str) -> bool:
     """A question that asks for several things (or how many) rather than one."""
-    folded = " ".join(re.findall(r"[\w'/-]+", fold(query)))
+    folded = " ".join(re.findall(r"[\w'/-]+", match_key(query)))
     return any(p.search(folded) for p in _LIST_CUES)
 
 
@@ -112,14 +112,14 @@ def subject_of(query: str, plan: RetrievalPlan, scope: str, pair_as_one: bool = 
     stripped = without_names(query, names)
     if pair_as_one:
         stripped = one_pronoun(stripped)
-    if not stripped or fold(stripped) == fold(query):
+    if not stripped or match_key(stripped) == match_key(query):
         return None
     people: dict[str, set[str]] = {}
     for e in named:
-        people.setdefault(e.entity_key, set()).update(fold(n) for n in (e.display_name, e.matched) if n)
+        people.setdefault(e.entity_key, set()).update(match_key(n) for n in (e.display_name, e.matched) if n)
     return Subject(
         entity_keys=tuple(sorted({e.entity_key for e in named})),
-        speakers=tuple(sorted({fold(n) for n in names if n})),
+        speakers=tuple(sorted({match_key(n) for n in names if n})),
         stripped_query=stripped,
         people=tuple((key, tuple(sorted(folded))) for key, folded in people.items()),
     )
@@ -262,7 +262,7 @@ def named_plan(analysis: QueryAnalysis, names: dict[str, list[tuple[str, str]]])
 
 
 def start(
-    call: Call, names: dict[str, list[tuple[str, str]]], embed: Callable[[str], Future[tuple[str, float]]]
+    call: RetrieveCall, names: dict[str, list[tuple[str, str]]], embed: Callable[[str], Future[tuple[str, float]]]
 ) -> Started | None:
     """Right after the planner's name lookup (``planner.load_names``), before the rest of the
     plan: the subject, and its name-less question's embedding started on the second
@@ -293,7 +293,7 @@ class Swept:
     error: str | None = None  # the embedding's failure (fail-safe: no sweep)
 
 
-def run(call: Call, conn: Any, started: Started, query_vector: Callable[[], str | None],
+def run(call: RetrieveCall, conn: Any, started: Started, query_vector: Callable[[], str | None],
         exact_rows: int) -> Swept:
     """The sweep's statements, once the name-less question's vector is there: the subject's
     and the named persons' facts and turns, and the swept turns' rows (cosine to the whole
@@ -326,11 +326,11 @@ def run(call: Call, conn: Any, started: Started, query_vector: Callable[[], str 
     return Swept(out, people, rows, embed_ms, (time.perf_counter() - begin) * 1000.0)
 
 
-def _small(call: Call) -> tuple[bool | None, bool | None]:
+def _small(call: RetrieveCall) -> tuple[bool | None, bool | None]:
     return call.small.get("mem_facts"), call.small.get("mem_messages")
 
 
-def apply(call: Call, swept: Swept) -> list[str]:
+def apply(call: RetrieveCall, swept: Swept) -> list[str]:
     """Hand ``run``'s result to the call: ``call.lists`` (``fact_subject``,
     ``message_subject``, ``fact_person``, ``message_person``), ``call.subject_rows`` and the
     trace; returns the swept fact ids (to hydrate as candidates)."""
@@ -352,7 +352,7 @@ def apply(call: Call, swept: Swept) -> list[str]:
     return list(dict.fromkeys(out.fact_ids + people.fact_ids))
 
 
-def finish(call: Call, conn: Any, started: Started | None, qvec: str | None, exact_rows: int) -> list[str]:
+def finish(call: RetrieveCall, conn: Any, started: Started | None, qvec: str | None, exact_rows: int) -> list[str]:
     """``run`` then ``apply`` on the request's connection (no database workers)."""
     if started is None:
         return []

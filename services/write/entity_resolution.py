@@ -20,7 +20,7 @@ from typing import Any
 
 from engramdb.domain.aggregate import AgentMemory
 from engramdb.domain.extraction import Extraction
-from engramdb.domain.keys import fold
+from engramdb.domain.keys import match_key
 from engramdb.domain.ports import LLMProvider
 from engramdb.domain.resolution import (
     AMBIGUOUS_FLOOR,
@@ -72,11 +72,11 @@ class ResolutionOutcome:
 
 def names_of(extraction: Extraction) -> list[tuple[str, str]]:
     """Every (name, entity_type) the extraction uses, first occurrence wins, stable order."""
-    types = {fold(e.name): e.entity_type or DEFAULT_ENTITY_TYPE for e in extraction.entities}
+    types = {match_key(e.name): e.entity_type or DEFAULT_ENTITY_TYPE for e in extraction.entities}
     seen: dict[str, tuple[str, str]] = {}
 
     def add(name: str) -> None:
-        folded = fold(name)
+        folded = match_key(name)
         if folded and folded not in seen:
             seen[folded] = (name, types.get(folded, DEFAULT_ENTITY_TYPE))
 
@@ -139,8 +139,8 @@ class EntityResolver:
             if res.kind == "ambiguous":
                 res = self._settle_ambiguous(memory, res, speaker, message_text, memo)
             if res.kind == "new":
-                pending[fold(name)] = res.entity_key
-            out[fold(name)] = res
+                pending[match_key(name)] = res.entity_key
+            out[match_key(name)] = res
         return ResolutionOutcome(out, memo.llm_calls - calls_before, memo.errors[errors_before:])
 
     # ----- ambiguous band ----------------------------------------------------------------------
@@ -158,7 +158,7 @@ class EntityResolver:
         as_new = Resolution(res.name, res.entity_type, "new", res.entity_key, res.score)
         if not self.enable_llm or not candidates:
             return as_new
-        memo_key = (fold(res.name), tuple(candidates))
+        memo_key = (match_key(res.name), tuple(candidates))
         if memo_key not in memo.answers:
             memo.answers[memo_key] = self._ask(memory, res, candidates, speaker, message_text, memo)
         chosen = memo.answers[memo_key]
@@ -180,7 +180,7 @@ class EntityResolver:
         lines = []
         for key in candidates:
             display, _etype = memory.entities[key]
-            aliases = sorted({a for a, k in memory.aliases.items() if k == key} - {fold(display)})[:5]
+            aliases = sorted({a for a, k in memory.aliases.items() if k == key} - {match_key(display)})[:5]
             lines.append(f"- {key}: {display}; {', '.join(aliases) or '-'}; {scores.get(key, 0.0):.2f}")
         system, user = self._prompt.render(
             {

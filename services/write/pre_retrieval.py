@@ -24,7 +24,7 @@ from psycopg_pool import ConnectionPool
 
 from engramdb.domain.aggregate import AgentMemory
 from engramdb.domain.extraction import KnownEntity, KnownFact
-from engramdb.domain.keys import fold, self_entity_key, slugify
+from engramdb.domain.keys import match_key, self_entity_key, slugify
 from engramdb.domain.text import CONTRACTED_WORD_RE, approx_tokens, ngram_spans
 from engramdb.infra.read_pool import open_read_pool
 
@@ -44,7 +44,7 @@ class PreRetrievalResult:
 
 def message_ngrams(text: str, max_n: int = _MAX_NGRAM) -> list[str]:
     """Folded word n-grams (1..max_n) of the message: the candidate surface names."""
-    words = [fold(w) for w in CONTRACTED_WORD_RE.findall(text)]
+    words = [match_key(w) for w in CONTRACTED_WORD_RE.findall(text)]
     grams: dict[str, None] = {}
     for start, end in ngram_spans(len(words), max_n):
         grams[" ".join(words[start:end])] = None

@@ -5,6 +5,7 @@ and ``engramdb keys create``."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import uuid
@@ -79,12 +80,49 @@ ADMIN_ENDPOINTS = [
 ]
 
 
+# the Mem0 platform routes (issue 24, ADR-0047): Mem0's "Token" scheme, memories user:<id>...
+MEM0_ID = "f_unknown." + base64.urlsafe_b64encode(b"user:zed").decode().rstrip("=")
+MEM0_ENDPOINTS = [
+    ("GET", "/v1/ping/", None, 200),
+    ("POST", "/v3/memories/add/", {"messages": "I live in Recife.", "user_id": "zed"}, 200),
+    ("POST", "/v3/memories/", {"filters": {"user_id": "zed"}}, 200),
+    ("POST", "/v3/memories/search/", {"query": "Recife", "filters": {"user_id": "zed"}}, 200),
+    ("GET", f"/v1/memories/{MEM0_ID}/", None, 404),
+    ("PUT", f"/v1/memories/{MEM0_ID}/", {"text": "x"}, 404),
+    ("DELETE", f"/v1/memories/{MEM0_ID}/", None, 404),
+    ("GET", f"/v1/memories/{MEM0_ID}/history/", None, 404),
+    ("DELETE", "/v1/memories/?user_id=zed", None, 200),
+]
+
+
 def test_every_data_endpoint_is_covered() -> None:
     paths = create_app(None).openapi()["paths"]
     routes = {(m.upper(), p) for p, ops in paths.items() if p.startswith("/v1/") for m in ops}
     listed = [(m, p) for m, p, *_ in ENDPOINTS] + [(m, p) for m, p, _b in ADMIN_ENDPOINTS]
-    covered = {(m, p.replace(AGENT, "{agent_id}").replace("f-unknown", "{fact_id}")) for m, p in listed}
+    listed += [(m, p.split("?")[0]) for m, p, *_ in MEM0_ENDPOINTS if p.startswith("/v1/")]
+    routes |= {(m.upper(), p) for p, ops in paths.items() if p.startswith("/v3/") for m in ops}
+    listed += [(m, p) for m, p, *_ in MEM0_ENDPOINTS if p.startswith("/v3/")]
+    covered = {(m, p.replace(AGENT, "{agent_id}").replace("f-unknown", "{fact_id}")
+                .replace(MEM0_ID, "{memory_id}")) for m, p in listed}
     assert routes == covered
+
+
+@pytest.mark.parametrize(("method", "path", "body", "status"), MEM0_ENDPOINTS,
+                         ids=[f"{e[0]} {e[1]}" for e in MEM0_ENDPOINTS])
+async def test_mem0_endpoint_credentials(
+    memory: Memory, method: str, path: str, body: Any, status: int
+) -> None:
+    app = secure(create_app(memory), RING)
+    async with _client(app) as client:
+        missing = await client.request(method, path, json=body)
+        assert missing.status_code == 401 and missing.headers["www-authenticate"] == "Token"
+        junk = await client.request(method, path, json=body, headers={"Authorization": "Token edb_nope"})
+        assert junk.status_code == 401
+        if path != "/v1/ping/":  # a key for team-a:* does not reach the memory user:zed
+            other = await client.request(method, path, json=body, headers={"Authorization": f"Token {READER}"})
+            assert other.status_code == 403, other.text
+        ok = await client.request(method, path, json=body, headers={"Authorization": f"Token {ADMIN}"})
+        assert ok.status_code == status, ok.text
 
 
 async def _call(client: httpx.AsyncClient, method: str, path: str, body: Any, key: str | None) -> httpx.Response:

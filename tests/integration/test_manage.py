@@ -18,6 +18,7 @@ from test_rebuild import dump
 from engramdb.infra.providers.scripted import HashEmbedder
 from engramdb.services.management.models import NotActiveError, NotFoundError
 from engramdb.services.memory.facade import Memory
+from tests.support.async_bridge import SyncBridge
 
 OPEN = {"min_score": 0.0, "min_similarity": 0.0, "min_confidence": 0.0}
 
@@ -27,10 +28,18 @@ def schema_env(fresh_schema):
     return fresh_schema("manage")
 
 
-@pytest.fixture
-def memory(schema_env):
+@pytest.fixture(params=["sync", "async"])
+def memory(schema_env, request):
+    """Every test runs on ``Memory`` and on ``AsyncMemory`` (through ``SyncBridge``, issue 24)."""
     with Memory.open(env=schema_env.env, embedder=HashEmbedder(384), llm=None, quiet=True) as mem:
-        yield mem
+        if request.param == "sync":
+            yield mem
+            return
+        bridge = SyncBridge(mem)
+        try:
+            yield bridge
+        finally:
+            bridge.close()
 
 
 def _say(memory: Memory, agent: str, text: str, mid: str, **kw: object) -> list[str]:

@@ -14,15 +14,24 @@ import pytest
 
 from engramdb.infra.providers.scripted import HashEmbedder
 from engramdb.services.memory.facade import Memory
+from tests.support.async_bridge import SyncBridge
 
 EXACT = {"min_score": 0.0, "min_similarity": 0.0, "min_confidence": 0.0, "topk_facts": 50}
 
 
-@pytest.fixture
-def memory(fresh_schema):
+@pytest.fixture(params=["sync", "async"])
+def memory(fresh_schema, request):
+    """Every test runs on ``Memory`` and on ``AsyncMemory`` (through ``SyncBridge``, issue 24)."""
     _schema, env = fresh_schema("facade")
     with Memory.open(env=env, embedder=HashEmbedder(384), llm=None, quiet=True) as mem:
-        yield mem
+        if request.param == "sync":
+            yield mem
+            return
+        bridge = SyncBridge(mem)
+        try:
+            yield bridge
+        finally:
+            bridge.close()
 
 
 def test_write_then_read_your_writes(memory: Memory, agent_id: str) -> None:

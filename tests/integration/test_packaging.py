@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 LAYERS = ("domain", "projections", "services", "infra")
 
 PUBLIC_API = {
+    "AsyncMemory",
     "ConversationMessage",
     "DecisionRejected",
     "EmbeddedServerError",

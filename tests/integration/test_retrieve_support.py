@@ -21,7 +21,7 @@ import pytest
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
-from engramdb.domain.keys import fold
+from engramdb.domain.keys import match_key
 from engramdb.infra.pgsql import vector_literal
 from engramdb.infra.providers.scripted import HashEmbedder, ScriptedLLM
 from engramdb.projections.schema import read_model_ddl, vector_index_ddl
@@ -80,7 +80,7 @@ class Store:
             self._exec(
                 "INSERT INTO mem_aliases (agent_id, alias_folded, alias, entity_key) VALUES (%s, %s, %s, %s)"
                 " ON CONFLICT DO NOTHING",
-                (agent, fold(alias), alias, key),
+                (agent, match_key(alias), alias, key),
             )
 
     def relationship(self, agent: str, source: str, target: str, relation: str, strength: float = 1.0,

@@ -10,7 +10,7 @@ from engramdb.domain.aggregate import AgentMemory, MessageRecord
 from engramdb.domain.decisions import MessageContext, apply_extraction
 from engramdb.domain.errors import DecisionRejected
 from engramdb.domain.extraction import ConfidenceLevel, ExtractedEntity, ExtractedFact, Extraction
-from engramdb.domain.keys import agent_aggregate_id, fold, message_record_id
+from engramdb.domain.keys import agent_aggregate_id, match_key, message_record_id
 from engramdb.domain.resolution import resolve_name
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -23,11 +23,11 @@ def ctx(message_id: str, speaker: str | None = "Ana") -> MessageContext:
 def decide(memory: AgentMemory, extraction: Extraction, message_id: str, speaker: str | None = "Ana"):
     names: dict[str, tuple[str, str]] = {}
     for e in extraction.entities:
-        names[fold(e.name)] = (e.name, e.entity_type)
+        names[match_key(e.name)] = (e.name, e.entity_type)
     for f in extraction.facts:
-        names.setdefault(fold(f.entity), (f.entity, "person"))
+        names.setdefault(match_key(f.entity), (f.entity, "person"))
         for m in f.mentions:
-            names.setdefault(fold(m), (m, "thing"))
+            names.setdefault(match_key(m), (m, "thing"))
     resolutions = {}
     pending: dict[str, str] = {}
     for folded, (name, etype) in names.items():

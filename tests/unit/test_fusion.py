@@ -15,13 +15,13 @@ from engramdb.services.retrieve.fusion import (
     without_repeats,
 )
 from engramdb.services.retrieve.rank import Candidate, EventCandidate
-from engramdb.services.retrieve.signals import FactRow
+from engramdb.services.retrieve.signals import FactCandidate
 
 WHEN = datetime(2024, 5, 1, tzinfo=UTC)
 
 
 def fact(fid: str, *sources: str) -> Candidate:
-    return Candidate(FactRow(fid, "person:ana", "Ana", f"text of {fid}", 0.9, 0.5, 0, WHEN, list(sources), 0.5))
+    return Candidate(FactCandidate(fid, "person:ana", "Ana", f"text of {fid}", 0.9, 0.5, 0, WHEN, list(sources), 0.5))
 
 
 def turn(mid: str) -> EventCandidate:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from engramdb.services.retrieve.fusion import EVENT, FACT, fuse_candidates, head_units
 from engramdb.services.retrieve.rank import Candidate, EventCandidate
-from engramdb.services.retrieve.signals import FactRow
+from engramdb.services.retrieve.signals import FactCandidate
 from engramdb.services.retrieve.tail_lists import top_units
 
 DAY = datetime(2024, 5, 1, tzinfo=UTC)
@@ -21,7 +21,7 @@ def _units(rng: random.Random) -> tuple[list[Candidate], list[EventCandidate]]:
     facts = []
     for i in range(rng.randint(0, 25)):
         cites = [e.message_id for e in rng.sample(events, rng.randint(0, 2))]
-        facts.append(Candidate(FactRow(f"f{i}", "person:ana", "Ana", f"fact {i}", 0.9, 0.5, 0,
+        facts.append(Candidate(FactCandidate(f"f{i}", "person:ana", "Ana", f"fact {i}", 0.9, 0.5, 0,
                                        DAY + timedelta(days=i % 4), cites, 0.5)))
     return facts, events
 

@@ -14,7 +14,7 @@ from engramdb.services.retrieve.diversity import diversify
 from engramdb.services.retrieve.fusion import EVENT, FACT, fuse_candidates
 from engramdb.services.retrieve.hedges import without_hedges
 from engramdb.services.retrieve.rank import Candidate, EventCandidate
-from engramdb.services.retrieve.signals import FactRow
+from engramdb.services.retrieve.signals import FactCandidate
 from engramdb.services.retrieve.timeexpr import Window, in_windows, time_windows
 
 DAY1 = datetime(2024, 5, 1, 10, tzinfo=UTC)
@@ -22,7 +22,7 @@ DAY2 = DAY1 + timedelta(days=7)
 
 
 def fact(fid: str, when: datetime, *sources: str, final: float = 0.0) -> Candidate:
-    cand = Candidate(FactRow(fid, "person:ana", "Ana", f"text of {fid}", 0.9, 0.5, 0, when, list(sources), 0.5))
+    cand = Candidate(FactCandidate(fid, "person:ana", "Ana", f"text of {fid}", 0.9, 0.5, 0, when, list(sources), 0.5))
     cand.final = final
     return cand
 

@@ -13,13 +13,13 @@ from engramdb.domain.agent_id import (
     AGENT_ID_PATTERN,
     check_agent_id,
 )
-from engramdb.domain.keys import fold as keys_fold
+from engramdb.domain.keys import match_key as keys_match_key
 
 
-def test_fold_strips_accents_case_and_spaces_and_is_the_keys_fold() -> None:
-    assert text.fold("  José   DA  Silva ") == "jose da silva"
-    assert text.fold("Straße") == "strasse"
-    assert keys_fold is text.fold
+def test_match_key_strips_accents_case_and_spaces_and_is_the_keys_one() -> None:
+    assert text.match_key("  José   DA  Silva ") == "jose da silva"
+    assert text.match_key("Straße") == "strasse"
+    assert keys_match_key is text.match_key
 
 
 def test_fold_case_keeps_accents() -> None:

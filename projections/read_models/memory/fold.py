@@ -14,7 +14,7 @@ from uuid import UUID
 from engramdb.domain.aggregate import AgentMemory
 from engramdb.domain.fold import FactFold
 from engramdb.domain.jobs import AgentJobs
-from engramdb.domain.keys import fold
+from engramdb.domain.keys import match_key
 from engramdb.projections.bulk_copy import jsonb_bytes
 from engramdb.projections.handlers import handles
 from engramdb.projections.read_model import BulkFold, jsonb
@@ -85,11 +85,11 @@ class MemoryFold(BulkFold):
             (a, e.entity_key), [e.display_name, e.entity_type, "", None, e.timestamp, 0.5, None, None]
         )
         for alias in [e.display_name, *e.aliases]:
-            self.aliases.setdefault((a, fold(alias)), [alias, e.entity_key])
+            self.aliases.setdefault((a, match_key(alias)), [alias, e.entity_key])
 
     @handles(AgentMemory.EntityAliased)
     def _entity_aliased(self, e: AgentMemory.EntityAliased) -> None:
-        self.aliases[(self.facts.agent_of(e), fold(e.alias))] = [e.alias, e.entity_key]
+        self.aliases[(self.facts.agent_of(e), match_key(e.alias))] = [e.alias, e.entity_key]
 
     @handles(AgentMemory.EntitiesMerged)
     def _entities_merged(self, e: AgentMemory.EntitiesMerged) -> None:

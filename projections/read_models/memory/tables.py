@@ -70,6 +70,9 @@ FACTS = Table(
         "CREATE INDEX IF NOT EXISTS mem_facts_active ON mem_facts (agent_id, entity_key) "
         "WHERE valid_to IS NULL",
         "CREATE INDEX IF NOT EXISTS mem_facts_time ON mem_facts (agent_id, valid_from)",
+        # list_facts' keyset order (API, CLI, inspector) and the as-of pages (ADR-0044)
+        "CREATE INDEX IF NOT EXISTS mem_facts_recorded ON mem_facts "
+        "(agent_id, recorded_at, fact_id)",
         # the context's "Directives" section reads them on every retrieve (ADR-0045): a
         # partial index holds only directive facts, so the read is one tiny probe
         "CREATE INDEX IF NOT EXISTS mem_facts_directives ON mem_facts (agent_id, recorded_at) "

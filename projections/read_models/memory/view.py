@@ -13,7 +13,7 @@ from uuid import UUID
 from engramdb.domain.aggregate import AgentMemory
 from engramdb.domain.fold import new_fact_row
 from engramdb.domain.jobs import AgentJobs
-from engramdb.domain.keys import fold
+from engramdb.domain.keys import match_key
 from engramdb.domain.payloads import FactPayload
 from engramdb.projections.embeddings import CACHED_VECTOR_SQL
 from engramdb.projections.erasure import drop_agent_rows
@@ -90,7 +90,7 @@ class MemoryView(ReadModelView):
             curs.execute(
                 "INSERT INTO mem_aliases (agent_id, alias_folded, alias, entity_key) "
                 "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                (agent, fold(alias), alias, e.entity_key),
+                (agent, match_key(alias), alias, e.entity_key),
             )
 
     @handles(AgentMemory.EntityAliased)
@@ -99,7 +99,7 @@ class MemoryView(ReadModelView):
             "INSERT INTO mem_aliases (agent_id, alias_folded, alias, entity_key) "
             "VALUES (%s, %s, %s, %s) ON CONFLICT (agent_id, alias_folded) "
             "DO UPDATE SET alias = EXCLUDED.alias, entity_key = EXCLUDED.entity_key",
-            (self._agent(curs, e.originator_id), fold(e.alias), e.alias, e.entity_key),
+            (self._agent(curs, e.originator_id), match_key(e.alias), e.alias, e.entity_key),
         )
 
     @handles(AgentMemory.EntitiesMerged)

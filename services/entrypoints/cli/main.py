@@ -23,6 +23,7 @@ from engramdb.domain.time_range import check_instant
 from engramdb.services.entrypoints.cli.jobs import jobs_app
 from engramdb.services.entrypoints.cli.manage import register as register_manage_commands
 from engramdb.services.entrypoints.cli.security import keys_app, nats_user_app
+from engramdb.services.entrypoints.cli.ui import register as register_ui_command
 from engramdb.services.entrypoints.user_errors import cli_user_errors
 
 app = typer.Typer(
@@ -345,6 +346,7 @@ def _find_checkout(start: Path) -> Path | None:
 
 
 register_manage_commands(app)  # write, list-facts, get-fact, delete-fact, forget-agent, ...
+register_ui_command(app)  # engramdb ui: the web inspector (ADR-0044)
 
 
 def main() -> None:

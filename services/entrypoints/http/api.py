@@ -15,12 +15,13 @@ from typing import Any
 
 from fastapi import Depends, FastAPI
 
-from engramdb.services.entrypoints.http import health_routes, memory_routes
+from engramdb.services.entrypoints.http import health_routes, mem0_routes, memory_routes
 from engramdb.services.entrypoints.http.docs import add_offline_docs
 from engramdb.services.entrypoints.http.errors import install_error_handlers
 from engramdb.services.entrypoints.http.guard import DEFAULT_MAX_BODY_BYTES, install_input_guards
 from engramdb.services.entrypoints.http.manage_routes import forbid_unknown_query
 from engramdb.services.entrypoints.http.manage_routes import router as manage_router
+from engramdb.services.entrypoints.http.ui import mount_ui
 
 API_VERSION = "1"
 
@@ -43,6 +44,8 @@ def create_app(
     app.include_router(memory_routes.router)
     app.include_router(health_routes.router)
     app.include_router(manage_router)
+    mount_ui(app)  # the web inspector at /ui (ADR-0044)
+    app.include_router(mem0_routes.router)  # the Mem0 platform routes (issue 24)
     install_error_handlers(app)
     return app
 

@@ -23,7 +23,12 @@ from engramdb.services.retrieve.signals.graph import (
     linked_with_specificity,
     strength_factor,
 )
-from engramdb.services.retrieve.signals.hydrate import FactRow, decay, floored_decay, hydrate_facts
+from engramdb.services.retrieve.signals.hydrate import (
+    FactCandidate,
+    decay,
+    floored_decay,
+    hydrate_facts,
+)
 from engramdb.services.retrieve.signals.keyword import (
     FTS_CONFIG,
     keyword_facts,
@@ -59,7 +64,7 @@ __all__ = [
     "DF_CAP",
     "FTS_CONFIG",
     "N_CAP",
-    "FactRow",
+    "FactCandidate",
     "GraphHit",
     "GraphNode",
     "aggregation_facts",

@@ -1,4 +1,4 @@
-"""Candidate rows (``FactRow``) for the ids the signals found, with their cosine computed in
+"""Candidate rows (``FactCandidate``) for the ids the signals found, with their cosine computed in
 SQL, and the time decay the graph signal and the ranking apply to them."""
 
 from __future__ import annotations
@@ -24,7 +24,10 @@ def floored_decay(anchor: datetime, when: datetime | None, half_life_days: float
 
 
 @dataclass(frozen=True)
-class FactRow:
+class FactCandidate:
+    """A fact the signals found, as ranking sees it (not ``domain.fold.FactRow``, the
+    read model's full row): its text, entity, the numbers the score uses, its cosine."""
+
     fact_id: str
     entity_key: str
     entity_name: str
@@ -38,7 +41,7 @@ class FactRow:
     low_vitality: bool = False  # flagged by the vitality job (ADR-0022)
 
 
-def hydrate_facts(conn: Any, agent_id: str, ids: list[str], qvec: str | None) -> dict[str, FactRow]:
+def hydrate_facts(conn: Any, agent_id: str, ids: list[str], qvec: str | None) -> dict[str, FactCandidate]:
     """Rows for candidate ids, with their cosine to the query computed in SQL (so facts found
     by keyword/graph/spreading get a semantic score too, without shipping vectors).
     Importance is the jobs' assessment when there is one (``mem_fact_usage``, ADR-0019)."""
@@ -60,11 +63,11 @@ def hydrate_facts(conn: Any, agent_id: str, ids: list[str], qvec: str | None) ->
         """,
         {"a": agent_id, "ids": ids, "q": qvec},
     ).fetchall()
-    out: dict[str, FactRow] = {}
+    out: dict[str, FactCandidate] = {}
     for fid, ekey, ename, text, conf, imp, rc, vfrom, src, srcs, cos, low in rows:
         sources = list(srcs or [])
         if src and src not in sources:
             sources.insert(0, src)
-        out[fid] = FactRow(fid, ekey, ename, text, float(conf), float(imp), int(rc), vfrom, sources,
+        out[fid] = FactCandidate(fid, ekey, ename, text, float(conf), float(imp), int(rc), vfrom, sources,
                            None if cos is None else float(cos), bool(low))
     return out

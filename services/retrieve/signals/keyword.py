@@ -7,7 +7,7 @@ import math
 from datetime import datetime
 from typing import Any
 
-from engramdb.domain.keys import fold
+from engramdb.domain.keys import match_key
 from engramdb.domain.text import STOPWORDS_QUERY, WORD_RE
 from engramdb.services.retrieve.config import RetrieveConfig
 from engramdb.services.retrieve.signals.shared import (
@@ -24,7 +24,7 @@ def keyword_words(query: str, max_words: int, min_len: int) -> list[str]:
     distinct ones, lower-cased but accents kept (ILIKE is accent-sensitive)."""
     words: list[str] = []
     for word in WORD_RE.findall(query.lower()):
-        if len(word) < min_len or fold(word) in STOPWORDS_QUERY or word.isdigit() and len(word) < 4:
+        if len(word) < min_len or match_key(word) in STOPWORDS_QUERY or word.isdigit() and len(word) < 4:
             continue
         if word not in words:
             words.append(word)

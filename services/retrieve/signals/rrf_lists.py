@@ -10,7 +10,7 @@ from typing import Any
 from engramdb.services.retrieve import signals
 from engramdb.services.retrieve.fusion import EVENT, FACT
 from engramdb.services.retrieve.hedges import without_hedges
-from engramdb.services.retrieve.stages import Call
+from engramdb.services.retrieve.stages import RetrieveCall
 
 
 def _normalised(found: list[tuple[str, float]]) -> list[tuple[str, float]]:
@@ -19,12 +19,12 @@ def _normalised(found: list[tuple[str, float]]) -> list[tuple[str, float]]:
     return [(i, score / top if top > 0 else 0.0) for i, score in found]
 
 
-def keyword_query(call: Call) -> str:
+def keyword_query(call: RetrieveCall) -> str:
     """The text BM25 scores: the query, without hedge words when ``drop_hedges`` (ADR-0021)."""
     return without_hedges(call.query) if call.cfg.fusion.drop_hedges else call.query
 
 
-def bm25_fact_signal(conn: Any, call: Call) -> list[tuple[str, float]]:
+def bm25_fact_signal(conn: Any, call: RetrieveCall) -> list[tuple[str, float]]:
     """Facts by BM25 over their subject and text (``fact_keyword``), as keyword signals."""
     found = signals.bm25_facts(conn, call.agent_id, keyword_query(call), call.as_of, call.cfg.filters.min_confidence,
                                call.cfg.candidates.candidate_pool)
@@ -32,7 +32,7 @@ def bm25_fact_signal(conn: Any, call: Call) -> list[tuple[str, float]]:
     return _normalised(found)
 
 
-def message_bm25(conn: Any, call: Call) -> list[tuple[str, float]]:
+def message_bm25(conn: Any, call: RetrieveCall) -> list[tuple[str, float]]:
     """BM25's best turns (``message_keyword``), id and score: the part of ``message_signals``
     that needs no vector, read while the question is still being embedded (ADR-0042)."""
     return signals.bm25_messages(conn, call.agent_id, keyword_query(call), call.as_of,
@@ -40,7 +40,7 @@ def message_bm25(conn: Any, call: Call) -> list[tuple[str, float]]:
 
 
 def message_signals(
-    conn: Any, call: Call, qvec: str | None, exact_rows: int,
+    conn: Any, call: RetrieveCall, qvec: str | None, exact_rows: int,
     bm25_found: list[tuple[str, float]] | None = None,
 ) -> tuple[dict[str, dict[str, float]], list[tuple[Any, ...]]]:
     """Turns by cosine (``message_semantic``) and by BM25 over speaker and text

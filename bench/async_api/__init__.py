@@ -1,0 +1,1 @@
+"""async API benchmark (issue 24)."""

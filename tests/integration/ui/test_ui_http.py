@@ -1,0 +1,224 @@
+"""The inspector's HTTP contract without a browser (httpx over the ASGI app, real Memory):
+security headers on every page, CSRF on every state change, the session cookie's
+attributes, loopback-only without keys, bad input as 4xx pages, /ui kept out of OpenAPI."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import httpx
+import pytest
+from conftest import ADMIN_KEY, READ_KEY
+
+from engramdb.infra.api_keys import KeyRing
+from engramdb.services.entrypoints.cli.demo import AGENT
+from engramdb.services.entrypoints.http.api import create_app
+from engramdb.services.entrypoints.http.auth import secure
+from engramdb.services.memory.facade import Memory
+
+PAGES = ["/ui/agents", f"/ui/agents/{AGENT}", f"/ui/agents/{AGENT}/entities",
+         f"/ui/agents/{AGENT}/conversation", f"/ui/agents/{AGENT}/patterns",
+         f"/ui/agents/{AGENT}/time", f"/ui/agents/{AGENT}/retrieve?q=Ana", "/ui/ops"]
+
+
+def _client(app: Any, client: tuple[str, int] = ("127.0.0.1", 5555)) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app, client=client),
+                             base_url="http://127.0.0.1", follow_redirects=False)
+
+
+def _keyed(memory: Memory) -> Any:
+    ring = KeyRing.parse([
+        {"id": "reader", "key": READ_KEY, "agents": ["*"], "scopes": ["read"]},
+        {"id": "boss", "key": ADMIN_KEY, "agents": ["*"], "scopes": ["admin"]},
+    ], "test")
+    return secure(create_app(memory), ring)
+
+
+def _csrf(html: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert found, "page has no CSRF field"
+    return found.group(1)
+
+
+async def test_every_page_has_the_security_headers(ui_memory: Memory) -> None:
+    async with _client(create_app(ui_memory)) as c:
+        for path in PAGES:
+            r = await c.get(path)
+            assert r.status_code == 200, (path, r.text[:500])
+            csp = r.headers["content-security-policy"]
+            assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp
+            assert "unsafe-inline" not in csp
+            assert r.headers["x-frame-options"] == "DENY"
+            assert r.headers["x-content-type-options"] == "nosniff"
+            assert r.headers["cache-control"] == "no-store"
+            assert "<script>" not in r.text and " on" + "error=" not in r.text
+            assert re.search(r"<script(?![^>]*\bsrc=)", r.text) is None  # no inline script
+
+
+async def test_state_changes_need_the_csrf_token(ui_memory: Memory) -> None:
+    fact = ui_memory.list_facts(AGENT, text="Vertix").items[0]
+    path = f"/ui/agents/{AGENT}/facts/{fact.fact_id}/delete"
+    async with _client(create_app(ui_memory)) as c:
+        r = await c.post(path, content=b"", headers={"content-type": "application/x-www-form-urlencoded"})
+        assert r.status_code == 403 and "CSRF" in r.text
+        confirm = await c.get(path)
+        token = _csrf(confirm.text)
+        r = await c.post(path, data={"csrf": token + "x"})
+        assert r.status_code == 403
+        r = await c.post(path, data={"csrf": token}, headers={"origin": "http://evil.example"})
+        assert r.status_code == 403 and "origin" in r.text
+        for action in ("forget", "erase", "reprocess"):
+            r = await c.post(f"/ui/agents/{AGENT}/{action}", data={"confirm_agent": AGENT})
+            assert r.status_code == 403
+    assert ui_memory.get_fact(AGENT, fact.fact_id).status == "active"
+
+
+async def test_login_sets_a_strict_httponly_expiring_cookie(ui_memory: Memory) -> None:
+    async with _client(_keyed(ui_memory)) as c:
+        r = await c.get(f"/ui/agents/{AGENT}")
+        assert r.status_code == 401 and 'id="key"' in r.text and "Recife" not in r.text
+        token = _csrf(r.text)
+        r = await c.post("/ui/login", data={"csrf": token, "key": "wrong"})
+        assert r.status_code == 401 and "wrong" not in r.text
+        r = await c.post("/ui/login", data={"csrf": token, "key": READ_KEY})
+        assert r.status_code == 303
+        cookie = r.headers["set-cookie"]
+        assert "HttpOnly" in cookie and "SameSite=strict" in cookie.replace("Strict", "strict")
+        assert "Max-Age=28800" in cookie and "Path=/ui" in cookie
+        assert READ_KEY not in r.headers["location"] and READ_KEY not in cookie
+        r = await c.get(f"/ui/agents/{AGENT}")
+        assert r.status_code == 200 and "Porto Alegre" in r.text
+        assert (await c.get("/ui/ops")).status_code == 403  # admin only
+        assert (await c.post("/ui/logout", data={"csrf": _csrf(r.text)})).status_code == 303
+        assert (await c.get(f"/ui/agents/{AGENT}")).status_code == 401
+
+
+async def test_without_keys_only_loopback_sees_data(ui_memory: Memory) -> None:
+    app = create_app(ui_memory)
+    async with _client(app, client=("203.0.113.7", 4000)) as c:
+        for path in PAGES:
+            r = await c.get(path)
+            assert r.status_code == 401, path
+            assert "Ana" not in r.text and "loopback" in r.text
+    async with _client(app) as c:
+        assert (await c.get("/ui/agents")).status_code == 200
+
+
+@pytest.mark.parametrize("path, status", [
+    (f"/ui/agents/{AGENT}/time?at=not-a-time", 400),
+    (f"/ui/agents/{AGENT}/time?at=99999-01-01", 400),
+    (f"/ui/agents/{AGENT}/time?t1=2026-01-01", 400),
+    (f"/ui/agents/{AGENT}?cursor=nope", 400),
+    (f"/ui/agents/{AGENT}?status=bogus", 400),
+    (f"/ui/agents/{AGENT}/facts/no-such-fact", 404),
+    (f"/ui/agents/{AGENT}/retrieve?q=x&as_of=yesterday", 400),
+    ("/ui/agents/bad%20agent%20id", 400),
+    (f"/ui/agents/{AGENT}?speakr=Ana", 422),
+    ("/ui/static/../../api.py", 404),
+])
+async def test_bad_input_is_a_4xx_page(ui_memory: Memory, path: str, status: int) -> None:
+    async with _client(create_app(ui_memory)) as c:
+        r = await c.get(path)
+    assert r.status_code == status, r.text[:500]
+    assert "Traceback" not in r.text
+
+
+async def test_ui_is_not_in_the_openapi_document(ui_memory: Memory) -> None:
+    spec = create_app(memory=None).openapi()
+    assert not [p for p in spec["paths"] if p.startswith("/ui")]
+
+
+async def test_operations_lists_dead_letters_with_their_reason(ui_memory: Memory, nats_url: str) -> None:
+    """A poison message through the real ingest consumer becomes a dead letter; the
+    operations page reads it back from the dead-letter stream, reason and payload shown
+    escaped."""
+    import time
+    import uuid
+
+    import anyio
+
+    from engramdb.services.entrypoints.nats.ingest import IngestThread, build_ingest_app
+    from engramdb.services.entrypoints.nats.publisher import MessagePublisher
+
+    prefix = f"ui{uuid.uuid4().hex[:8]}"
+    ingest_app, _broker = build_ingest_app(nats_url, ui_memory.ingest_pipeline(), prefix=prefix)
+    ingest = IngestThread(ingest_app).start()
+    app = create_app(ui_memory)
+    app.state.subject_prefix = prefix
+    try:
+        async with MessagePublisher(nats_url, prefix) as pub:
+            await pub.publish_raw(AGENT, b"<script>not json</script>")
+        ui_memory.nats_url = nats_url
+        deadline = time.monotonic() + 30
+        async with _client(app) as c:
+            while True:
+                r = await c.get("/ui/ops")
+                assert r.status_code == 200
+                if "No dead letters" not in r.text and "Dead letters" in r.text and "validation" in r.text:
+                    break
+                assert time.monotonic() < deadline, r.text[-3000:]
+                await anyio.sleep(0.2)
+        section = r.text[r.text.index('id="d-h"'):]
+        assert "&lt;script&gt;not json&lt;/script&gt;" in section and "<script>not" not in section
+        row = section[section.index("<tbody>"):section.index("</tbody>")]
+        assert "<td>validation</td>" in row and "JSON" in row  # the stage and the reason
+    finally:
+        ui_memory.nats_url = None
+        ingest.stop()
+
+
+def test_engramdb_ui_serves_the_inspector(ui_schema: tuple[str, dict[str, str]], pg_url: str,
+                                          nats_url: str, ui_memory: Memory) -> None:
+    """``engramdb ui`` as a process, on the deployment its settings name."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from tests.support.live_http import free_port
+
+    schema, _env = ui_schema
+    port = free_port()
+    env = {**os.environ, "ENGRAMDB_DATABASE_URL": pg_url, "ENGRAMDB_DB_SCHEMA": schema,
+           "ENGRAMDB_NATS_URL": nats_url, "ENGRAMDB_EMBEDDING_MODEL": "hash-bow-384",
+           "ENGRAMDB_LLM_API_KEY": "", "ENGRAMDB_LLM_BASE_URL": "", "ENGRAMDB_API_KEYS": ""}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engramdb.services.entrypoints.cli.main", "ui", "--port", str(port)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                r = httpx.get(f"http://127.0.0.1:{port}/ui/agents/{AGENT}", timeout=5)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+                assert time.monotonic() < deadline, "engramdb ui did not start"
+                time.sleep(0.3)
+        assert r.status_code == 200 and "Porto Alegre" in r.text
+        assert "frame-ancestors 'none'" in r.headers["content-security-policy"]
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+async def test_forget_and_reprocess_go_through_the_facade(ui_memory: Memory) -> None:
+    agent = "forget-me"
+    ui_memory.write(agent, "I live in Natal and I love surfing.", speaker="Lia", message_id="f1")
+    ui_memory.wait_for_projections()
+    assert ui_memory.list_facts(agent).items
+    async with _client(create_app(ui_memory)) as c:
+        confirm = await c.get(f"/ui/agents/{agent}/forget")
+        assert confirm.status_code == 200 and "Forget agent" in confirm.text
+        r = await c.post(f"/ui/agents/{agent}/forget", data={"csrf": _csrf(confirm.text)})
+        assert r.status_code == 303
+        page = await c.get(r.headers["location"])
+        assert "∅ forgotten" in page.text
+        confirm = await c.get(f"/ui/agents/{agent}/reprocess")
+        r = await c.post(f"/ui/agents/{agent}/reprocess", data={"csrf": _csrf(confirm.text)})
+        assert r.status_code == 200 and "Extracted 0" in r.text
+        assert (await c.get("/ui")).status_code in (303, 307)
+    assert ui_memory.list_facts(agent).items == []
+    forgets = [h for h in ui_memory.history(agent) if h.decision == "FORGET"]
+    assert forgets and forgets[0].decided_by.get("via") == "ui"
