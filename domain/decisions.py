@@ -262,11 +262,19 @@ def _superseded(
     report: DecisionReport,
     payload: dict[str, Any],
 ) -> str | None:
-    """The active fact the new one supersedes: an UPDATE's target if still active (else the
-    UPDATE is recorded as rejected and added instead), or the subject's active fact with the
-    same attribute."""
+    """The active fact the new one supersedes: an UPDATE's target if still active, else the
+    subject's active fact with the same attribute. An UPDATE whose target is gone is recorded
+    as rejected only when nothing takes its place (it is then added): when the target was
+    already replaced by a fact of the same attribute — "I moved to Porto Alegre", then "I live
+    in Porto Alegre" aimed at the old Recife fact — updating the current one is what the
+    extractor meant, and a rejection on that happy path only confused (issue 27)."""
     target = fact.target_fact_id if fact.action == "UPDATE" else None
-    if target is not None and not memory.is_active(target):
+    if target is not None and memory.is_active(target):
+        return target  # the common case: no scan of the active facts
+    same_attribute = (
+        memory.active_facts_with_attribute(entity, fact.attribute_key) if fact.attribute_key else []
+    )
+    if target is not None and not same_attribute:
         _reject(
             memory,
             report,
@@ -274,11 +282,7 @@ def _superseded(
             payload,
             f"UPDATE targets {target!r}, which is not an active fact of this agent; added instead",
         )
-        target = None
-    if target is None and fact.attribute_key:
-        same_attribute = memory.active_facts_with_attribute(entity, fact.attribute_key)
-        target = same_attribute[0] if same_attribute else None
-    return target
+    return same_attribute[0] if same_attribute else None
 
 
 def _reject(

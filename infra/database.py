@@ -24,6 +24,7 @@ REQUIRED_EXTENSIONS = ("vector",)
 # pg_trgm is contrib; the embedded PostgreSQL 18 build does not ship it, so it is optional:
 # callers check ``"pg_trgm" in ensure_extensions(url)`` before relying on trigram indexes.
 OPTIONAL_EXTENSIONS = ("pg_trgm",)
+_NOTED_MISSING: set[str] = set()  # issue 27: the notice was an INFO line on every serve
 _EXTENSION_LOCK_KEY = 0x656E6772616D  # advisory lock: concurrent CREATE EXTENSION races
 
 
@@ -98,8 +99,9 @@ def ensure_extensions(url: str, schema: str = "public") -> dict[str, str]:
                             sql.Identifier(ext)
                         )
                     )
-                else:
-                    log.info("optional extension %s is not available; skipping", ext)
+                elif ext not in _NOTED_MISSING:  # expected on the embedded build: once, at debug
+                    _NOTED_MISSING.add(ext)
+                    log.debug("optional extension %s is not available; skipping", ext)
         rows = conn.execute(
             "SELECT extname, extversion FROM pg_extension WHERE extname = ANY(%s)",
             (list(REQUIRED_EXTENSIONS + OPTIONAL_EXTENSIONS),),

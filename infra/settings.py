@@ -78,6 +78,10 @@ class Settings(BaseSettings):
     nats_messages_max_age_days: float = Field(
         default=7.0, ge=0, description="days the NATS message stream keeps raw turns (0 = forever)"
     )
+    nats_deadletter_max_age_days: float = Field(
+        default=30.0, ge=0,
+        description="days the dead-letter stream keeps letters (their payloads inline; 0 = forever)",
+    )
     ingest_partitions: int = Field(
         default=8, ge=1, le=1024,
         description="ingest partitions (agents hashed; one consumer process each at a time, ADR-0020)",

@@ -519,7 +519,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     args = build_parser().parse_args(argv)
     if not args.data.is_file():
-        print(f"LoCoMo data not found: {args.data} (pass --data PATH)", file=sys.stderr)
+        print(f"error: LoCoMo data not found at {args.data}. The data is not in this repository "
+              "(CC BY-NC 4.0): take locomo10.json from https://github.com/snap-research/locomo "
+              "(data/locomo10.json) and pass --data PATH", file=sys.stderr)
         return 2
     if args.skip_engramdb and args.skip_baselines:
         print("nothing to run: both --skip-engramdb and --skip-baselines given", file=sys.stderr)

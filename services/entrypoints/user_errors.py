@@ -4,8 +4,9 @@ and what an MCP tool answers — never a traceback.
 Mistakes are ``ValueError``/``LookupError`` (pydantic's ``ValidationError`` included: bad
 agent id, unknown fact, bad cursor or time, unknown projection) and an unreachable database
 (``psycopg.OperationalError``, e.g. ``ENGRAMDB_DATABASE_URL`` pointing at a closed port);
-a ``SystemExit`` carrying a message (how services refuse a bad configuration) also becomes
-one ``error:`` line and exit code 2.
+a ``SystemExit`` carrying a message (how services refuse a bad configuration) and an embedded
+server that cannot start (``EmbeddedServerError``, e.g. a data dir the server's user cannot
+reach; issue 27) also become one ``error:`` line and exit code 2 — for every command.
 """
 
 from __future__ import annotations
@@ -40,8 +41,13 @@ def cli_user_errors(mistakes: tuple[type[Exception], ...] = _MISTAKES) -> Iterat
     inside is more likely a bug, whose traceback must not be reduced to one line."""
     import psycopg
 
+    from engramdb.infra.embedded_base import EmbeddedServerError
+
     try:
         yield
+    except EmbeddedServerError as exc:  # the machine, not a bug: its message says what to do
+        typer.echo(f"error: {one_line(exc)}", err=True)
+        raise typer.Exit(2) from None
     except mistakes as exc:
         typer.echo(f"error: {one_line(exc)}", err=True)
         raise typer.Exit(2) from None

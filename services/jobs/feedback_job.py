@@ -66,7 +66,7 @@ async def read_notices(ctx: JobContext, agent_id: str, after: int) -> Notices:
                 ctx.check_deadline()
                 try:
                     batch = await sub.fetch(FETCH_BATCH, timeout=1.0)
-                except nats.errors.TimeoutError:
+                except (nats.errors.TimeoutError, TimeoutError):  # nats-py raises either (issue 28)
                     break
                 for msg in batch:
                     try:

@@ -15,9 +15,10 @@ the log keeps its structure (every event keeps its id, version, topic and notifi
 Idempotent: erasing again re-runs step 2 (a crash between 1 and 2 is finished by a re-run)
 and appends no second marker. Writes for A are refused from then on (``AgentErasedError``).
 
-Not covered (README "Erasure"): copies outside this database's live tables — backups and
-``pg_dump`` files taken before, the PostgreSQL WAL and its archives, the NATS message stream
-until its ``max_age`` retention expires it, dead letters, logs, and clients' own copies.
+The facade then makes it reach the disk and NATS (ADR-0051): ``erase_disk`` rewrites every
+table that held A's rows, ``erase_streams`` deletes A's turns and dead letters. Not covered
+(README "Erasure"): backups and ``pg_dump`` files taken before, the PostgreSQL WAL and its
+archives, freed filesystem blocks, logs, and clients' own copies.
 """
 
 from __future__ import annotations

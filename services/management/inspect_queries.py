@@ -11,6 +11,7 @@ diff agrees with the as-of pages on what memory held at an instant.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -42,6 +43,7 @@ from engramdb.services.management.models import (
     decode_cursor,
     encode_cursor,
 )
+from engramdb.services.management.queries import agent_scope
 from engramdb.services.retrieve.signals.shared import escape_like
 
 COUNT_CAP = 10_000  # the agent list's counts stop here ("10,000+")
@@ -95,12 +97,20 @@ def _overview_columns(cap: int) -> str:
 
 
 def agent_overviews(
-    pool: ConnectionPool, page: PageParams, search: str | None = None, cap: int = COUNT_CAP
+    pool: ConnectionPool,
+    page: PageParams,
+    search: str | None = None,
+    cap: int = COUNT_CAP,
+    patterns: Sequence[str] | None = None,
 ) -> Page[AgentOverview]:
     """Agents by ``agent_id`` whose id contains ``search``, each with its counts (capped:
-    the page says "10,000+")."""
+    the page says "10,000+"). ``patterns``: only the agents a key covers, in SQL, so a
+    tenant's page is full and exact (issue 28's rule for ``GET /v1/agents``)."""
     params: dict[str, Any] = {"n": page.limit + 1, "c": ""}
     where = ["a.agent_id > %(c)s"]
+    scope = agent_scope(patterns, params)
+    if scope:
+        where.append(scope.removeprefix("AND ").strip())
     if page.cursor is not None:
         (params["c"],) = decode_cursor(page.cursor, (str,))
     if search:

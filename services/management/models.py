@@ -15,11 +15,12 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from engramdb.domain.time_range import check_instant
 from engramdb.services.management.audit_models import FactSnapshot
 
 MAX_LIMIT = 500
@@ -83,9 +84,10 @@ class FactFilter(PageParams):
 
     @field_validator("valid_at", "as_of")
     @classmethod
-    def _utc_if_naive(cls, value: datetime | None) -> datetime | None:
-        """A time without a zone is UTC (as everywhere in engramdb), not the server's zone."""
-        return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+    def _utc_if_naive(cls, value: datetime | None, info: ValidationInfo) -> datetime | None:
+        """A time without a zone is UTC (as everywhere in engramdb), not the server's zone;
+        outside ADR-0012's window it is refused, as retrieve refuses it (issue 28)."""
+        return None if value is None else check_instant(value, str(info.field_name))
 
 
 class MessageFilter(PageParams):
@@ -196,6 +198,18 @@ class EraseResult(BaseModel):
     )
     read_model_rows_deleted: int
     position: int = Field(description="notification id to wait for (read-your-writes)")
+    tables_rewritten: list[str] = Field(
+        default_factory=list,
+        description="tables rewritten so no dead copy of the agent's rows stays in their "
+        "files (issue 28, ADR-0051)",
+    )
+    stream_messages_deleted: int | None = Field(
+        default=None, description="the agent's turns deleted from the NATS message stream "
+        "(None: this process uses no NATS)",
+    )
+    dead_letters_deleted: int | None = Field(
+        default=None, description="the agent's dead letters deleted (None: no NATS here)"
+    )
 
 
 class ActorBody(_Strict):

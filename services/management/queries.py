@@ -12,6 +12,7 @@ in the list, and rows added meanwhile do not shift later pages).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -208,9 +209,24 @@ def list_entities(pool: ConnectionPool, agent_id: str, page: PageParams) -> Page
     return Page[EntityItem](**_page(items, page.limit, lambda e: (e.entity_key,)))
 
 
-def list_agents(pool: ConnectionPool, page: PageParams) -> Page[AgentItem]:
-    """Every agent with memory, by ``agent_id`` (an admin view: it spans agents)."""
+def agent_scope(patterns: Sequence[str] | None, params: dict[str, Any]) -> str:
+    """SQL restricting ``a.agent_id`` to ``patterns`` (exact ids, ``prefix*``; ``*`` or
+    ``None``: all), in SQL so that keyset paging stays exact (issue 28: a tenant's key lists
+    only its tenant)."""
+    if patterns is None or "*" in patterns:
+        return ""
+    params["exact"] = [p for p in patterns if not p.endswith("*")]
+    params["prefixes"] = [escape_like(p[:-1]) + "%" for p in patterns if p.endswith("*")]
+    return "AND (a.agent_id = ANY(%(exact)s) OR a.agent_id LIKE ANY(%(prefixes)s)) "
+
+
+def list_agents(
+    pool: ConnectionPool, page: PageParams, patterns: Sequence[str] | None = None
+) -> Page[AgentItem]:
+    """Agents with memory, by ``agent_id`` (it spans agents: ``patterns`` narrows it to the
+    caller's, e.g. an API key's agents)."""
     params: dict[str, Any] = {"n": page.limit + 1, "c": ""}
+    scope = agent_scope(patterns, params)
     if page.cursor is not None:
         (params["c"],) = decode_cursor(page.cursor, (str,))
     rows = _rows(
@@ -221,7 +237,8 @@ def list_agents(pool: ConnectionPool, page: PageParams) -> Page[AgentItem]:
         "(SELECT count(*) FROM mem_messages m WHERE m.agent_id = a.agent_id) AS messages, "
         "(SELECT max(g.forgotten_at) FROM mem_forgotten g WHERE g.agent_id = a.agent_id) "
         "AS forgotten_at FROM mem_agents a WHERE a.agent_id > %(c)s "
-        "ORDER BY a.agent_id LIMIT %(n)s",
+        + scope
+        + "ORDER BY a.agent_id LIMIT %(n)s",
         params,
     )
     items = [AgentItem.model_validate(r) for r in rows]

@@ -6,6 +6,7 @@ inspector calls exactly these (and the management methods), never SQL of its own
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from engramdb.services.management import inspect_queries as q
@@ -38,11 +39,17 @@ class InspectMixin:
         raise NotImplementedError
 
     def agent_overviews(
-        self, *, search: str | None = None, limit: int = 50, cursor: str | None = None
+        self,
+        *,
+        search: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        agents: Sequence[str] | None = None,
     ) -> Page[AgentOverview]:
-        """Agents (id containing ``search``) with their counts, by ``agent_id``."""
+        """Agents (id containing ``search``; only those matching ``agents`` patterns, if
+        given) with their counts, by ``agent_id``."""
         page = PageParams(limit=limit, cursor=cursor)
-        pages = [q.agent_overviews(c.pool, page, search) for c in self.cells]
+        pages = [q.agent_overviews(c.pool, page, search, patterns=agents) for c in self.cells]
         if len(pages) == 1:
             return pages[0]
         items = sorted((i for p in pages for i in p.items), key=lambda a: a.agent_id)

@@ -6,6 +6,8 @@ facade stays a wiring module: list/get facts, list entities/agents/messages (rea
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -13,6 +15,8 @@ from engramdb.domain.agent_id import check_agent_id
 from engramdb.services.management import queries
 from engramdb.services.management.commands import delete_fact, forget_agent
 from engramdb.services.management.erase import erase_agent
+from engramdb.services.management.erase_disk import erase_to_disk
+from engramdb.services.management.erase_streams import erase_agent_streams
 from engramdb.services.management.metadata_filter import MetadataFilter
 from engramdb.services.management.models import (
     AgentItem,
@@ -33,6 +37,7 @@ from engramdb.services.management.models import (
 from engramdb.services.management.reprocess import ReprocessResult, reprocess
 from engramdb.services.memory.cell import Cell
 from engramdb.services.memory.router import merge_agent_pages
+from engramdb.services.write.messages import DEFAULT_PREFIX
 
 
 class ManageMixin:
@@ -82,9 +87,14 @@ class ManageMixin:
             self.cell(agent_id).pool, agent_id, PageParams(limit=limit, cursor=cursor)
         )
 
-    def list_agents(self, *, limit: int = 50, cursor: str | None = None) -> Page[AgentItem]:
+    def list_agents(
+        self, *, limit: int = 50, cursor: str | None = None, agents: Sequence[str] | None = None
+    ) -> Page[AgentItem]:
+        """``agents``: only ids matching these patterns (``team-a:*``, exact ids; ``None``: all)."""
         page = PageParams(limit=limit, cursor=cursor)
-        return merge_agent_pages([queries.list_agents(c.pool, page) for c in self.cells], limit)
+        return merge_agent_pages(
+            [queries.list_agents(c.pool, page, agents) for c in self.cells], limit
+        )
 
     def list_messages(
         self,
@@ -122,7 +132,26 @@ class ManageMixin:
         and vectors; its events stay in the log, unreadable. Irreversible; writes for the
         agent are refused afterwards."""
         check_agent_id(agent_id)
-        return erase_agent(self.cell(agent_id).pipeline, agent_id, check_actor(actor, via), via)
+        cell, who = self.cell(agent_id), check_actor(actor, via)
+        result = erase_to_disk(  # then rewrite what held its rows (issue 28, ADR-0051)
+            cell.pipeline, cell.database.url, cell.schema, agent_id,
+            erase=lambda: erase_agent(cell.pipeline, agent_id, who, via),
+            wait=lambda position: self._wait_erased(position, agent_id),
+        )
+        nats_url: str | None = getattr(self, "nats_url", None)
+        if nats_url is not None:  # and its turns and dead letters in NATS
+            prefix = getattr(self, "subject_prefix", DEFAULT_PREFIX)
+            gone = erase_agent_streams(nats_url, prefix, agent_id)
+            result = result.model_copy(update={
+                "stream_messages_deleted": gone.messages_deleted,
+                "dead_letters_deleted": gone.dead_letters_deleted,
+            })
+        return result
+
+    def _wait_erased(self, position: int, agent_id: str) -> None:
+        # a projector that is down: rewrite now; its marker handling drops its rows later
+        with contextlib.suppress(TimeoutError):
+            self.wait_for_projections(position, timeout=60.0, agent_id=agent_id)  # type: ignore[attr-defined]
 
     def reprocess(self, agent_id: str, message_id: str | None = None) -> ReprocessResult:
         """Re-extract processed messages (one, or all the agent's in recorded order) with the

@@ -56,6 +56,17 @@ def messages_max_age() -> float:
     from engramdb.infra.settings import load_settings
 
     return max(0.0, load_settings().nats_messages_max_age_days) * 86400.0
+
+
+def deadletter_max_age() -> float:
+    """Seconds the dead-letter stream keeps a letter (``ENGRAMDB_NATS_DEADLETTER_MAX_AGE_DAYS``,
+    default 30; 0 = forever). Letters copy small payloads inline — raw turns in clear — so
+    they are bounded like the message stream (issue 28), long enough for someone to look."""
+    from engramdb.infra.settings import load_settings
+
+    return max(0.0, load_settings().nats_deadletter_max_age_days) * 86400.0
+
+
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -271,7 +282,12 @@ def message_subject(agent_id: str, prefix: str = DEFAULT_PREFIX) -> str:
 
 
 def messages_wildcard(prefix: str = DEFAULT_PREFIX) -> str:
-    return f"{prefix}.messages.>"
+    """What the message stream captures: ``<prefix>.messages.<agent-token>``, one token
+    exactly (ADR-0051). Not ``messages.>``: a deeper subject (``messages.x.y.z``) was stored
+    and never consumed, and ``messages.<p>.<token>`` skipped the server's partition mapping;
+    now both are refused by JetStream (no stream answers) instead of being kept silently.
+    The stored subjects, ``messages.<p>.<token>``, come from the stream's transform."""
+    return f"{prefix}.messages.*"
 
 
 def deadletter_subject(prefix: str = DEFAULT_PREFIX) -> str:

@@ -68,6 +68,7 @@ ENDPOINTS = [
     ("GET", f"/v1/agents/{AGENT}/facts/f-unknown", None, "read", 404),
     ("DELETE", f"/v1/agents/{AGENT}/facts/f-unknown", None, "write", 404),
     ("GET", f"/v1/agents/{AGENT}/facts/f-unknown/history", None, "read", 404),
+    ("GET", f"/v1/agents/{AGENT}/history", None, "read", 200),
     ("GET", f"/v1/agents/{AGENT}/entities", None, "read", 200),
     ("GET", f"/v1/agents/{AGENT}/messages", None, "read", 200),
 ]

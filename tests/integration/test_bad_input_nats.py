@@ -164,3 +164,37 @@ def test_idle_fetch_timeouts_are_not_logged_as_errors(nats_url: str, prefix: str
             logger.error("Task-9 raised an exception, retrying...\nIf this behavior", exc_info=caught)
     assert [r.exc_info[1] for r in records if r.exc_info] == [records[0].exc_info[1]]
     assert isinstance(records[0].exc_info[1], RuntimeError) and len(records) == 1
+
+
+def test_subjects_outside_the_agent_scheme_are_refused_not_kept(
+    app: EventLog, nats_url: str, prefix: str, agent_id: str
+) -> None:
+    """ADR-0051 (issue 28): the stream captures ``<prefix>.messages.<token>`` only. A turn on
+    a deeper subject was stored and never consumed, and one on ``messages.<p>.<token>``
+    skipped the partition mapping; JetStream now refuses both (no stream answers), so the
+    publisher gets an error instead of a turn that silently goes nowhere."""
+    from nats.js.errors import NoStreamResponseError
+
+    from engramdb.services.write.messages import agent_token
+
+    good = ConversationMessage(agent_id=agent_id, message_id="m-1", speaker="Ana", text="I live in Recife.")
+    extractor, _ = scripted_extractor({good.text: extraction_json(fact("Ana lives in Recife"))})
+    collector = Collector()
+    runner = start_ingest(nats_url, WritePipeline(app, extractor), prefix, collector)
+    try:
+        run_async(_publish(nats_url, prefix, [good]))
+        wait_until(lambda: len(collector.results) == 1, what="the well-addressed turn")
+
+        async def publish_on(subject: str) -> None:
+            nc = await nats.connect(nats_url)
+            try:
+                await nc.jetstream().publish(subject, good.to_json_bytes(), timeout=2)
+            finally:
+                await nc.close()
+
+        for subject in (f"{prefix}.messages.x.y.z", f"{prefix}.messages.3.{agent_token(agent_id)}"):
+            with pytest.raises(NoStreamResponseError):
+                run_async(publish_on(subject))
+    finally:
+        runner.stop()
+    assert app.message_record(agent_id, "m-1") is not None

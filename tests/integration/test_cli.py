@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 from typer.testing import CliRunner
 
@@ -29,6 +32,14 @@ def test_demo_runs_end_to_end_over_nats(cli_env):
     assert '"embed_calls":0' in out  # the rebuild re-embedded nothing
     assert "Known facts:\n- " in out
     assert "plan=skip/greeting" in out
+    # issue 27: no rejection on the happy path ("I live in Porto Alegre" after the move updates
+    # the current fact), the extractor named once, and the demo's agent erased afterwards
+    assert "DecisionRejected" not in out and "REJECTED" not in out
+    assert out.count("decided by rule-based") == 1 and ", by rule-based" not in out
+    agent = re.search(r"erased agent (demo-ana-\d+)", out)
+    assert agent, out[-500:]
+    listed = CliRunner().invoke(app, ["list-facts", "--agent", agent.group(1), "--json"])
+    assert listed.exit_code == 0 and json.loads(listed.output)["items"] == []
 
 
 def test_publish_retrieve_history_facts_rebuild(cli_env, agent_id):
@@ -46,7 +57,8 @@ def test_publish_retrieve_history_facts_rebuild(cli_env, agent_id):
     assert "works at Globex." in out.output and fact_id in out.output
 
     hist = runner.invoke(app, ["history", "--agent", agent_id, "--fact", fact_id])
-    assert hist.exit_code == 0 and '"decision":"ADD"' in hist.output
+    assert hist.exit_code == 0 and " ADD " in hist.output and fact_id in hist.output
+    assert '"decision"' not in hist.output  # text by default; --json for scripts (issue 27)
 
     facts = runner.invoke(app, ["facts", "--agent", agent_id])
     assert facts.exit_code == 0 and fact_id in facts.output

@@ -69,7 +69,14 @@ async def _exercise_tools(client: Client, agent: str) -> None:
         "retrieve", {"agent_id": agent, "query": "Where does Rita work? Globex"}
     ))
     assert fact_id in [f["fact_id"] for f in found["facts"]] and "Globex" in found["context"]
-    assert found["trace"] == {}
+    assert set(found) == {"context", "facts", "detail"} and found["detail"] is None
+    assert set(found["facts"][0]) == {"fact_id", "text"}  # no scores unless asked
+    detailed = _data(await client.call_tool(
+        "retrieve", {"agent_id": agent, "query": "Where does Rita work? Globex", "detail": True}
+    ))
+    assert detailed["detail"]["facts"][0]["scores"] and "plan" in detailed["detail"]
+    assert "trace" not in detailed["detail"]
+    assert len(json.dumps(found)) < len(json.dumps(detailed)) / 2
 
     page = _data(await client.call_tool("list_facts", {"agent_id": agent}))
     assert [f["fact_id"] for f in page["items"]] == [fact_id]

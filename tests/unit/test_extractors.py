@@ -196,6 +196,23 @@ def test_rule_based_relationships_en_and_pt() -> None:
     assert "Joana" in first.mentions and "Lisboa" in first.mentions
 
 
+@pytest.mark.parametrize(
+    ("text", "pet"),
+    [
+        ("My dog Rex loves the park.", "Rex"),
+        ("We adopted a cat named Mia last week.", "Mia"),
+        ("Meu cachorro Thor adora correr.", "Thor"),
+    ],
+)
+def test_rule_based_types_a_pet_as_an_animal_not_a_person(text: str, pet: str) -> None:
+    """Issue 27: "the dog Rex becomes person:rex". A name after a pet word is an animal's
+    (rule-based/v5); a husband after "my husband" stays a person."""
+    types = {e.name: e.entity_type for e in RuleBasedExtractor().extract(request(text)).extraction.entities}
+    assert types[pet] == "animal"
+    husband = RuleBasedExtractor().extract(request("My husband Bruno loves football.")).extraction
+    assert {e.name: e.entity_type for e in husband.entities}["Bruno"] == "person"
+
+
 def test_rule_based_update_of_known_residence_fact() -> None:
     rb = RuleBasedExtractor()
     out = rb.extract(request("I just moved to Lisbon.", facts=[RESIDENCE], entities=[CAROLINE]))

@@ -3,6 +3,10 @@
 Publishes a short conversation onto NATS (JetStream), lets the ingest consumer turn it into
 decisions, then shows the events, the read models, a rebuild, a fact's history, memory "as of"
 a past moment and a few retrievals with their scores.
+
+Why the demo erases its agent at the end (unless ``--keep``): it runs on the user's real
+store (the embedded default), and every run used to leave a ``demo-ana-<timestamp>`` agent
+among the user's own (issue 27). Erasure (ADR-0018) leaves only the marker.
 """
 
 from __future__ import annotations
@@ -89,7 +93,7 @@ def _decisions(memory: Memory, published: list[str], results: list) -> None:
         print(f"  {message_id}{note}: {kinds or 'nothing to remember'}")
 
 
-def run_demo() -> None:
+def run_demo(keep: bool = False) -> None:
     global AGENT
     # a new agent each run, so a second run shows the same story instead of duplicates
     AGENT = "demo-ana-" + datetime.now(UTC).strftime("%Y%m%d%H%M%S")
@@ -105,6 +109,13 @@ def run_demo() -> None:
             _show_fact_history(memory, updated)
         _show_time_travel(memory, before_move)
         _show_retrieves(memory)
+        _line("clean-up")
+        if keep:
+            print(f"  kept agent {AGENT}: `engramdb list-facts --agent {AGENT}` shows its facts")
+        else:
+            memory.erase_agent(AGENT, actor="engramdb demo", via="cli")
+            print(f"  erased agent {AGENT}: the demo leaves nothing readable in your memory "
+                  "(`engramdb demo --keep` keeps it)")
 
 
 def _ingest(memory: Memory, settings: Settings) -> tuple[list[str], list, datetime]:
@@ -164,12 +175,12 @@ def _show_log_and_read_models(memory: Memory) -> str | None:
 
 
 def _show_fact_history(memory: Memory, fact_id: str) -> None:
-    _line(f"history of fact {fact_id}")
-    for entry in memory.history(AGENT, fact_id):
-        print(
-            f"  {entry.decision:<8} {entry.fact_id} {entry.text or ''} "
-            f"(message {entry.message_id}, by {entry.decided_by.get('extractor')})"
-        )
+    entries = memory.history(AGENT, fact_id)
+    extractors = sorted({str(e.decided_by.get("extractor")) for e in entries if e.decided_by.get("extractor")})
+    by = f" (decided by {', '.join(extractors)})" if extractors else ""
+    _line(f"history of fact {fact_id}{by}")
+    for entry in entries:
+        print(f"  {entry.decision:<8} {entry.fact_id} {entry.text or ''} (message {entry.message_id})")
 
 
 def _show_time_travel(memory: Memory, before_move: datetime) -> None:

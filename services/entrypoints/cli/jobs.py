@@ -55,7 +55,7 @@ def run(
 
 
 @jobs_app.command("history")
-def history(agent: Annotated[str, typer.Option("--agent")]) -> None:
+def history(agent: Annotated[str, typer.Option("--agent", help="agent id")]) -> None:
     """What the jobs concluded for an agent, from the log (``AgentJobs`` events, oldest first;
     ``engramdb history`` shows the memory decisions, corrections included)."""
     import json
@@ -69,5 +69,7 @@ def history(agent: Annotated[str, typer.Option("--agent")]) -> None:
         fields = {k: v for k, v in vars(e).items()
                   if k not in ("originator_id", "originator_version", "timestamp",
                                "originator_topic")}
+        stamp = getattr(e, "timestamp", None)  # None: an erased agent's unreadable event
         typer.echo(json.dumps({"version": e.originator_version, "event": type(e).__name__,
-                               "recorded_at": e.timestamp.isoformat(), **fields}, default=str))
+                               "recorded_at": stamp.isoformat() if stamp else None, **fields},
+                              default=str))

@@ -20,6 +20,7 @@ from typing import Annotated
 import typer
 
 from engramdb.domain.time_range import check_instant
+from engramdb.services.entrypoints.cli import polish
 from engramdb.services.entrypoints.cli.jobs import jobs_app
 from engramdb.services.entrypoints.cli.manage import register as register_manage_commands
 from engramdb.services.entrypoints.cli.security import keys_app, nats_user_app
@@ -57,6 +58,7 @@ def _main(
     ] = False,
 ) -> None:
     """engramdb — event-sourced long-term memory for LLM agents."""
+    polish.warn_unknown_settings()
 
 
 def _parse_time(value: str | None) -> datetime | None:
@@ -88,32 +90,42 @@ def _check_agent(agent: str) -> None:
 
 
 @app.command()
-def demo() -> None:
+def demo(
+    keep: Annotated[bool, typer.Option("--keep", help="keep the demo's agent (default: erased at the end)")] = False,
+) -> None:
     """Record a small conversation, show events, read models, a rebuild, history and retrieval."""
     from engramdb.services.entrypoints.cli.demo import run_demo
 
     with cli_user_errors(mistakes=()):
-        run_demo()
+        run_demo(keep=keep)
 
 
 @app.command()
 def serve(
     role: Annotated[str, typer.Option(help="all | ingest | projector | retrieve | jobs")] = "all",
+    host: Annotated[str | None, typer.Option(help="HTTP bind address (default ENGRAMDB_HTTP_HOST)")] = None,
+    port: Annotated[int | None, typer.Option(help="HTTP port (default ENGRAMDB_HTTP_PORT)")] = None,
 ) -> None:
     """Run the services: NATS ingest, projectors, NATS request/reply retrieve and the HTTP API."""
+    from engramdb.infra.settings import load_settings
     from engramdb.services.entrypoints.serve.server import run_server
 
+    polish.plain_logs()
     with cli_user_errors(mistakes=()):
-        run_server(role=role)
+        settings = load_settings()
+        http = {k: v for k, v in (("http_host", host), ("http_port", port)) if v is not None}
+        run_server(role=role, settings=settings.model_copy(update=http) if http else settings)
 
 
 @app.command()
 def publish(
     text: Annotated[str, typer.Argument(help="the message text")],
     agent: Annotated[str, typer.Option("--agent", help="agent id")],
-    message_id: Annotated[str | None, typer.Option("--message-id")] = None,
-    speaker: Annotated[str | None, typer.Option("--speaker")] = None,
-    session: Annotated[str | None, typer.Option("--session")] = None,
+    message_id: Annotated[
+        str | None, typer.Option("--message-id", help="your id for the message; publishing it again is a no-op")
+    ] = None,
+    speaker: Annotated[str | None, typer.Option("--speaker", help="who said it, e.g. Ana")] = None,
+    session: Annotated[str | None, typer.Option("--session", help="conversation id")] = None,
 ) -> None:
     """Publish one conversation message onto NATS (JetStream); prints its message id."""
     from nats.errors import NoServersError
@@ -156,6 +168,9 @@ def retrieve(
         with _open_memory() as memory:
             memory.wait_for_projections(agent_id=agent)  # like list-facts: see every write so far
             result = memory.retrieve(agent, query, as_of=moment)
+            if not result.facts and not result.events and not memory.list_messages(agent, limit=1).items:
+                raise LookupError(f"agent {agent!r} has no memory (nothing was ever written for it; "
+                                  "`engramdb list-agents` names those that have)")
     if as_json:
         typer.echo(result.model_dump_json(exclude=None if show_trace else {"trace"}))
         return
@@ -186,31 +201,34 @@ def rebuild(
 
 @app.command()
 def history(
-    agent: Annotated[str, typer.Option("--agent")],
+    agent: Annotated[str, typer.Option("--agent", help="agent id")],
     fact: Annotated[str | None, typer.Option("--fact", help="a fact id")] = None,
     as_json: Json = False,
 ) -> None:
-    """The timeline of a fact (or of every decision of an agent), read from the log: one JSON
-    object a line (``--json``: one JSON array)."""
+    """The timeline of a fact (or of every decision of an agent), read from the log: one
+    decision a line (``--json``: one JSON array)."""
     with cli_user_errors():
         _check_agent(agent)
         with _open_memory(start_projectors=False) as memory:
             entries = memory.history(agent, fact)
+    if fact is not None and not entries:  # as HTTP's 404 and get-fact's exit 2 (issue 28)
+        typer.echo(f"error: agent {agent!r} has no fact {fact!r}", err=True)
+        raise typer.Exit(2)
     if as_json:
         typer.echo("[" + ",".join(e.model_dump_json() for e in entries) + "]")
         return
     for entry in entries:
-        typer.echo(entry.model_dump_json())
+        typer.echo(polish.history_line(entry))
 
 
 @app.command()
 def facts(
-    agent: Annotated[str, typer.Option("--agent")],
+    agent: Annotated[str, typer.Option("--agent", help="agent id")],
     as_of: Annotated[str | None, typer.Option("--as-of", help="ISO time (default: now)")] = None,
     as_json: Json = False,
 ) -> None:
-    """What memory held at a moment, replayed from the log: one JSON object a line
-    (``--json``: one JSON array)."""
+    """What memory held at a moment, replayed from the log: one fact a line (``--json``: one
+    JSON array)."""
     with cli_user_errors():
         _check_agent(agent)
         moment = _parse_time(as_of) or datetime.now(UTC)
@@ -220,14 +238,14 @@ def facts(
         typer.echo("[" + ",".join(r.model_dump_json() for r in rows) + "]")
         return
     for row in rows:
-        typer.echo(row.model_dump_json())
+        typer.echo(f"{row.fact_id}  {row.status:<10} {row.text}")
 
 
 @app.command()
 def status(
     as_json: Annotated[bool, typer.Option("--json", help="the full health report as JSON")] = False,
     max_lag: Annotated[
-        int | None, typer.Option(help="events a projection may lag (default ENGRAMDB_READY_MAX_LAG)")
+        int | None, typer.Option(min=0, help="events a projection may lag (default ENGRAMDB_READY_MAX_LAG)")
     ] = None,
 ) -> None:
     """Health of the deployment: database, NATS, projection positions and lags (what /readyz
@@ -246,6 +264,10 @@ def mcp(
     transport: Annotated[str, typer.Option(help="stdio (for a local client) | http")] = "stdio",
     host: Annotated[str | None, typer.Option(help="http: bind address (default ENGRAMDB_HTTP_HOST)")] = None,
     port: Annotated[int, typer.Option(help="http: port")] = 8788,
+    agent: Annotated[
+        str | None,
+        typer.Option(help="pin the server to this agent (its tools then take no agent_id) or to a 'prefix*'"),
+    ] = None,
 ) -> None:
     """Serve memory as MCP tools (write, retrieve, list_facts, get_fact, delete_fact, history):
     on stdio for a local client, or streamable HTTP at http://HOST:PORT/mcp (API keys as
@@ -258,7 +280,7 @@ def mcp(
         raise typer.Exit(2)
     settings = load_settings()
     with cli_user_errors():
-        run_mcp(settings, transport, host or settings.http_host, port)
+        run_mcp(settings, transport, host or settings.http_host, port, agent)
 
 
 @app.command()
@@ -329,7 +351,7 @@ def bench_locomo(ctx: typer.Context) -> None:
     checkout = _find_checkout(Path.cwd())
     if checkout is None:
         typer.echo(
-            "engramdb bench locomo runs from a source checkout: clone the repository, "
+            "error: engramdb bench locomo runs from a source checkout: clone the repository, "
             "`pip install -e '.[dev]'` and run it from the checkout's root.",
             err=True,
         )
@@ -340,7 +362,7 @@ def bench_locomo(ctx: typer.Context) -> None:
 
 def _find_checkout(start: Path) -> Path | None:
     for folder in (start, *start.parents):
-        if (folder / "bench" / "locomo.py").is_file():
+        if (folder / "bench" / "locomo" / "run.py").is_file():  # bench/<benchmark>/ (ADR-0043)
             return folder
     return None
 
@@ -350,7 +372,7 @@ register_ui_command(app)  # engramdb ui: the web inspector (ADR-0044)
 
 
 def main() -> None:
-    app(prog_name="engramdb")
+    polish.build(app)(prog_name="engramdb")
 
 
 if __name__ == "__main__":

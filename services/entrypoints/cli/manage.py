@@ -18,6 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from engramdb.domain.agent_id import check_agent_id
+from engramdb.services.entrypoints.cli.erase_nats import attach_nats
 from engramdb.services.entrypoints.user_errors import cli_user_errors, one_line
 
 Agent = Annotated[str, typer.Option("--agent", help="agent id")]
@@ -72,9 +73,11 @@ def _fact_line(f: Any) -> str:
 def write(
     text: Annotated[str, typer.Argument(help="the message text")],
     agent: Agent,
-    speaker: Annotated[str | None, typer.Option("--speaker")] = None,
-    session: Annotated[str | None, typer.Option("--session")] = None,
-    message_id: Annotated[str | None, typer.Option("--message-id")] = None,
+    speaker: Annotated[str | None, typer.Option("--speaker", help="who said it, e.g. Ana")] = None,
+    session: Annotated[str | None, typer.Option("--session", help="conversation id")] = None,
+    message_id: Annotated[
+        str | None, typer.Option("--message-id", help="your id for the turn; repeating it is a no-op")
+    ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="show decisions, save nothing")] = False,
     as_json: Json = False,
 ) -> None:
@@ -103,8 +106,8 @@ def list_facts(
     agent: Agent,
     status: Annotated[str | None, typer.Option(help="active|superseded|retracted|forgotten|all")] = None,
     entity: Annotated[str | None, typer.Option(help="entity key or name")] = None,
-    session: Annotated[str | None, typer.Option()] = None,
-    speaker: Annotated[str | None, typer.Option()] = None,
+    session: Annotated[str | None, typer.Option(help="only this conversation id")] = None,
+    speaker: Annotated[str | None, typer.Option(help="only turns of this speaker")] = None,
     valid_at: Annotated[str | None, typer.Option("--valid-at", help="ISO time")] = None,
     as_of: Annotated[str | None, typer.Option("--as-of", help="ISO time")] = None,
     text: Annotated[str | None, typer.Option(help="text contains")] = None,
@@ -197,6 +200,7 @@ def erase(
         ):
             raise typer.Exit(1)
         with _memory() as memory:
+            attach_nats(memory)  # the erase reaches the NATS streams too (issue 28)
             result = memory.erase_agent(agent, actor=actor, via="cli")
             memory.wait_for_projections(result.position or None, agent_id=agent)
     typer.echo(
@@ -228,8 +232,8 @@ def list_agents(limit: Limit = 50, cursor: Cursor = None, as_json: Json = False)
 
 def list_messages(
     agent: Agent,
-    session: Annotated[str | None, typer.Option()] = None,
-    speaker: Annotated[str | None, typer.Option()] = None,
+    session: Annotated[str | None, typer.Option(help="only this conversation id")] = None,
+    speaker: Annotated[str | None, typer.Option(help="only turns of this speaker")] = None,
     limit: Limit = 50,
     cursor: Cursor = None,
     as_json: Json = False,

@@ -68,6 +68,10 @@ def keys_list(file: Annotated[Path | None, typer.Option(help="keys file")] = Non
 
     settings = load_settings()
     ring = read_keys_file(file) if file else load_keyring(settings.api_keys, settings.data_dir)
+    if not ring.grants:
+        where = file or settings.api_keys or settings.data_dir / "api-keys.json"
+        typer.echo(f"no API keys (looked in {where}); the HTTP API is open to local callers only. "
+                   "Create one with `engramdb keys create --agents A --scope read`")
     for grant in ring.grants:
         typer.echo(f"{grant.key_id}  {','.join(sorted(grant.scopes)):<16} "
                    f"{','.join(grant.agents)}  {grant.note}")

@@ -13,6 +13,7 @@ from engramdb.infra.database import resolve_nats
 from engramdb.infra.embedded_nats import nats_running
 from engramdb.infra.embedded_postgres import postgres_running
 from engramdb.infra.settings import Settings
+from engramdb.services.entrypoints.cli.status_owners import down_advice
 from engramdb.services.memory.facade import Memory
 from engramdb.services.observability.health import ComponentHealth, HealthReport, unreachable_report
 
@@ -21,8 +22,7 @@ def deployment_status(settings: Settings, max_lag: int | None = None) -> HealthR
     lag_limit = settings.ready_max_lag if max_lag is None else max_lag
     if settings.database_url is None and postgres_running(settings.data_dir) is None:
         return unreachable_report(
-            RuntimeError(f"the embedded PostgreSQL in {settings.data_dir} is not running "
-                         "(start it with `engramdb serve`, or set ENGRAMDB_DATABASE_URL)"),
+            RuntimeError(down_advice(settings.data_dir, "postgres", "ENGRAMDB_DATABASE_URL")),
             lag_limit,
         )
     try:
@@ -32,8 +32,7 @@ def deployment_status(settings: Settings, max_lag: int | None = None) -> HealthR
     with memory:
         nats_error = None
         if settings.nats_url is None and nats_running(settings.data_dir) is None:
-            nats_error = (f"the embedded NATS in {settings.data_dir} is not running "
-                          "(start it with `engramdb serve`, or set ENGRAMDB_NATS_URL)")
+            nats_error = down_advice(settings.data_dir, "nats", "ENGRAMDB_NATS_URL")
         else:
             try:
                 memory.nats_url = resolve_nats(settings)

@@ -23,7 +23,16 @@ from engramdb.services.entrypoints.http.manage_routes import forbid_unknown_quer
 from engramdb.services.entrypoints.http.manage_routes import router as manage_router
 from engramdb.services.entrypoints.http.ui import mount_ui
 
-API_VERSION = "1"
+API_VERSION = "1"  # the /v1 of the paths; the document's version is the package's
+
+
+def _package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("engramdb")
+    except PackageNotFoundError:
+        return "0+unknown"
 
 
 def create_app(
@@ -31,7 +40,7 @@ def create_app(
 ) -> FastAPI:
     app = FastAPI(
         title=title,
-        version=API_VERSION,
+        version=_package_version(),
         description="Event-sourced long-term memory for LLM agents: write conversation turns, "
         "retrieve scored facts and a prompt-ready context, audit how a memory came to be.",
         dependencies=[Depends(forbid_unknown_query)],

@@ -56,6 +56,19 @@ def require(scope: str) -> Callable[..., Awaitable[Grant]]:
     return dependency
 
 
+def check_key(request: Request) -> None:
+    """401 unless the request carries a known key (or the server is open): for checks that
+    run before a route's own dependencies, so a stranger learns nothing first (ADR-0011)."""
+    ring: KeyRing | None = getattr(request.app.state, "keyring", None)
+    if not ring:
+        return
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise _unauthorized("missing API key: send 'Authorization: Bearer <key>'")
+    if ring.find(token.strip()) is None:
+        raise _unauthorized("unknown API key")
+
+
 def authorize(grant: Grant, scope: str, agent_id: str) -> None:
     """403 unless ``grant`` holds ``scope`` for ``agent_id``."""
     if not grant.allows(scope, agent_id):

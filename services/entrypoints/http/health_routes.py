@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 
 from engramdb.services.entrypoints.http.errors import plain
 
-router = APIRouter()
+router = APIRouter(tags=["health"])
 
 
 class Health(BaseModel):

@@ -23,7 +23,7 @@ from pydantic import BaseModel
 
 from engramdb.domain.agent_id import AGENT_ID_PATTERN, AGENT_ID_RULE
 from engramdb.infra.api_keys import Grant
-from engramdb.services.entrypoints.http.auth import OPEN, authorize, require
+from engramdb.services.entrypoints.http.auth import OPEN, authorize, check_key, require
 from engramdb.services.management.models import (
     ActorBody,
     AgentItem,
@@ -103,6 +103,7 @@ async def forbid_unknown_query(request: Request) -> None:
     allowed = _query_names(dependant)
     unknown = sorted(set(request.query_params) - allowed)
     if unknown:
+        check_key(request)  # the key comes first: a stranger learns no schema (issue 28)
         accepted = ", ".join(sorted(allowed)) or "none"
         raise RequestValidationError(
             [
@@ -133,9 +134,14 @@ async def _call(request: Request, fn: Callable[[Any], Any]) -> Any:
 
 @router.get("", response_model=Page[AgentItem], responses=_ERRORS, summary="List agents")
 async def list_agents(
-    request: Request, page: Annotated[PageParams, Query()], _grant: AdminGrant
+    request: Request, page: Annotated[PageParams, Query()], grant: AdminGrant
 ) -> Any:
-    return await _call(request, lambda m: m.list_agents(limit=page.limit, cursor=page.cursor))
+    """Only the agents the key covers (issue 28): a tenant's admin key sees its tenant."""
+    agents = None if grant is OPEN else list(grant.agents)
+    return await _call(
+        request,
+        lambda m: m.list_agents(limit=page.limit, cursor=page.cursor, agents=agents),
+    )
 
 
 @router.get(

@@ -1,4 +1,4 @@
-"""HTTP routes for the memory itself: retrieve, write a turn, a fact's history.
+"""HTTP routes for the memory itself: retrieve, write a turn, a fact's or an agent's history.
 
 The facade (``request.app.state.memory``) is synchronous, so every call runs on a worker
 thread (``anyio.to_thread``), never on the event loop. Invalid input is a 422 naming the
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import anyio
-from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request
 from pydantic import ValidationError
 
 from engramdb.infra.api_keys import Grant
@@ -23,11 +23,14 @@ from engramdb.services.entrypoints.http.errors import (
     unprocessable,
 )
 from engramdb.services.entrypoints.http.guard import error_response
+from engramdb.services.entrypoints.http.openapi_examples import RETRIEVE_EXAMPLES, WRITE_EXAMPLES
+from engramdb.services.management.audit_models import HistoryEntry
 from engramdb.services.retrieve.config import UnknownConfigKey
 from engramdb.services.retrieve.models import RetrieveRequest, RetrieveResult
 from engramdb.services.write.messages import ConversationMessage, MessageIdConflict
+from engramdb.services.write.models import WriteResult
 
-router = APIRouter()
+router = APIRouter(tags=["memory"])
 
 
 def _field_of(exc: ValueError) -> str:
@@ -49,7 +52,7 @@ def _field_of(exc: ValueError) -> str:
     summary="Retrieve the facts and conversations relevant to a query",
 )
 async def retrieve(
-    request: RetrieveRequest,
+    request: Annotated[RetrieveRequest, Body(openapi_examples=RETRIEVE_EXAMPLES)],
     http: Request,
     grant: Annotated[Grant, Depends(require("read"))],
 ) -> Any:
@@ -71,6 +74,7 @@ async def retrieve(
 @router.post(
     "/v1/messages",
     responses={
+        200: {"model": WriteResult, "description": "the decisions (typed for the docs; not re-validated)"},
         409: {"model": ErrorBody, "description": "the message id was already used with another text"},
         413: {"model": ErrorBody},
         422: {"model": ErrorBody},
@@ -79,7 +83,7 @@ async def retrieve(
     summary="Write one conversation turn (recorded first, then extracted)",
 )
 async def write_message(
-    message: ConversationMessage,
+    message: Annotated[ConversationMessage, Body(openapi_examples=WRITE_EXAMPLES)],
     http: Request,
     grant: Annotated[Grant, Depends(require("write"))],
     dry_run: Annotated[
@@ -108,7 +112,11 @@ async def write_message(
 
 @router.get(
     "/v1/agents/{agent_id}/facts/{fact_id}/history",
-    responses={404: {"description": "no decision ever touched this fact"}, **AUTH_ERRORS},
+    responses={
+        200: {"model": list[HistoryEntry], "description": "oldest first"},
+        404: {"description": "no decision ever touched this fact"},
+        **AUTH_ERRORS,
+    },
     summary="Every decision that touched a fact, with the message that caused it",
 )
 async def history(
@@ -122,3 +130,27 @@ async def history(
             status_code=404, detail=f"no history for fact {fact_id!r} of agent {agent_id!r}"
         )
     return plain(entries)
+
+
+@router.get(
+    "/v1/agents/{agent_id}/history",
+    responses={200: {"model": list[HistoryEntry], "description": "oldest first"},
+               422: {"model": ErrorBody}, **AUTH_ERRORS},
+    summary="Every decision of an agent, oldest first (as `engramdb history --agent`)",
+)
+async def agent_history(
+    agent_id: str,
+    http: Request,
+    grant: Annotated[Grant, Depends(require("read"))],
+    after_version: Annotated[
+        int, Query(ge=0, le=2**53, description="only decisions after this version (the last one you got)")
+    ] = 0,
+    limit: Annotated[int, Query(ge=1, le=5000, description="decisions per page")] = 500,
+) -> Any:
+    authorize(grant, "read", agent_id)
+    memory = http.app.state.memory
+    try:
+        entries = await anyio.to_thread.run_sync(lambda: memory.history(agent_id))
+    except ValueError as exc:
+        return unprocessable(["path", "agent_id"], str(exc))
+    return plain([e for e in entries if e.version > after_version][:limit])

@@ -28,6 +28,8 @@ from pydantic import Field
 from engramdb.domain.agent_id import AGENT_ID_PATTERN, AGENT_ID_RULE
 from engramdb.infra.api_keys import Grant, KeyRing
 from engramdb.services.entrypoints.http.auth import OPEN
+from engramdb.services.entrypoints.mcp.shapes import Recall, recall
+from engramdb.services.entrypoints.mcp.strict import Pin, StrictServer
 from engramdb.services.entrypoints.user_errors import one_line
 from engramdb.services.management.audit_models import HistoryEntry
 from engramdb.services.management.models import (
@@ -37,7 +39,6 @@ from engramdb.services.management.models import (
     FactStatus,
     Page,
 )
-from engramdb.services.retrieve.models import RetrieveResult
 from engramdb.services.write.models import WriteResult
 
 INSTRUCTIONS = (
@@ -45,16 +46,14 @@ INSTRUCTIONS = (
     "that may depend on what the user said in earlier conversations; call `write` with each "
     "user turn worth remembering (facts are extracted from it). Use `list_facts`/`get_fact` to "
     "inspect memory, `delete_fact` when the user asks to forget something, and `history` to "
-    "explain how a memory came to be. Every tool takes the same `agent_id`."
+    "explain how a memory came to be."
 )
+_SAME_AGENT = " Every tool takes the same `agent_id` ({rule})."
+_PINNED = " This server holds the memory of one agent: no tool takes an `agent_id`."
 
 AgentId = Annotated[
     str,
-    Field(
-        pattern=AGENT_ID_PATTERN,
-        max_length=200,
-        description=f"whose memory: {AGENT_ID_RULE}; use the same id on every call",
-    ),
+    Field(pattern=AGENT_ID_PATTERN, max_length=200, description="whose memory (the same on every call)"),
 ]
 FactId = Annotated[
     str, Field(min_length=1, max_length=200, description="a fact id from retrieve or list_facts")
@@ -122,7 +121,12 @@ def _add_write_tools(server: MCPServer[Any], keyring: KeyRing | None, wait_timeo
     """``write`` and ``delete_fact``: each waits until its change is visible to the read
     tools, so an agent that writes then retrieves sees what it wrote."""
 
-    @server.tool(annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=False))
+    @server.tool(
+        annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=False),
+        description="Remember one conversation turn (call it with each user message worth "
+        "keeping: who they are, preferences, plans, corrections). Memory extracts the facts and "
+        "decides ADD/UPDATE/DELETE/NOOP itself; they are retrievable when it returns.",
+    )
     async def write(
         agent_id: AgentId,
         text: Annotated[str, Field(min_length=1, max_length=32000, description="the turn's text")],
@@ -153,7 +157,11 @@ def _add_write_tools(server: MCPServer[Any], keyring: KeyRing | None, wait_timeo
         result: WriteResult = await _call(run)
         return result
 
-    @server.tool(annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=False))
+    @server.tool(
+        annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=False),
+        description="Delete a fact when the user asks to forget it or says it is wrong (a "
+        "retraction: it stops being retrieved; `history` still shows it).",
+    )
     async def delete_fact(
         agent_id: AgentId,
         fact_id: FactId,
@@ -181,7 +189,12 @@ def _add_write_tools(server: MCPServer[Any], keyring: KeyRing | None, wait_timeo
 def _add_read_tools(server: MCPServer[Any], keyring: KeyRing | None) -> None:
     """``retrieve``, ``list_facts``, ``get_fact`` and ``history``: read-only."""
 
-    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    @server.tool(
+        annotations=ToolAnnotations(read_only_hint=True),
+        description="Recall what memory knows for a question; call it before answering "
+        "anything that may depend on earlier conversations. `context` is prompt-ready; `facts` "
+        "give the ids for get_fact, delete_fact and history.",
+    )
     async def retrieve(
         agent_id: AgentId,
         query: Annotated[str, Field(min_length=1, max_length=4000, description="what you need to know")],
@@ -189,17 +202,22 @@ def _add_read_tools(server: MCPServer[Any], keyring: KeyRing | None) -> None:
         as_of: Annotated[
             datetime | None, Field(description="ISO time: answer from memory as it was then")
         ] = None,
-    ) -> RetrieveResult:
+        detail: Annotated[bool, Field(description="also scores, plan and ranked turns")] = False,
+    ) -> Recall:
         """Recall what memory knows that matters for a question. Call it before answering
         anything that may depend on earlier conversations. `context` is a prompt-ready text
         (known facts, then relevant past turns); `facts` are the scored facts with their ids
         (for get_fact, delete_fact and history)."""
         _check(ctx, keyring, "read", agent_id)
         m = _memory(ctx)
-        result: RetrieveResult = await _call(lambda: m.retrieve(agent_id, query, as_of=as_of))
-        return result.model_copy(update={"trace": {}})
+        result = await _call(lambda: m.retrieve(agent_id, query, as_of=as_of))
+        return recall(result, detail=detail)
 
-    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    @server.tool(
+        annotations=ToolAnnotations(read_only_hint=True),
+        description="List remembered facts (active by default), a page at a time: to show "
+        "the user what is remembered or find a fact's id. To answer a question use retrieve.",
+    )
     async def list_facts(
         agent_id: AgentId,
         ctx: Context[Any],
@@ -229,7 +247,10 @@ def _add_read_tools(server: MCPServer[Any], keyring: KeyRing | None) -> None:
         )
         return page
 
-    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    @server.tool(
+        annotations=ToolAnnotations(read_only_hint=True),
+        description="One fact (any status) with the conversation turns it rests on.",
+    )
     async def get_fact(agent_id: AgentId, fact_id: FactId, ctx: Context[Any]) -> FactDetail:
         """One fact (whatever its status) with its provenance: the conversation turns it
         rests on. Use it to check where a remembered fact came from."""
@@ -238,7 +259,11 @@ def _add_read_tools(server: MCPServer[Any], keyring: KeyRing | None) -> None:
         detail: FactDetail = await _call(lambda: m.get_fact(agent_id, fact_id))
         return detail
 
-    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    @server.tool(
+        annotations=ToolAnnotations(read_only_hint=True),
+        description="How a fact came to be: every decision on it, oldest first, with the "
+        "message behind each. Use it when the user asks why memory believes something.",
+    )
     async def history(agent_id: AgentId, fact_id: FactId, ctx: Context[Any]) -> list[HistoryEntry]:
         """How a fact came to be: every decision that touched it (added, confirmed,
         superseded, deleted), oldest first, with the message that caused each. Use it when
@@ -257,17 +282,22 @@ def build_server(
     open_memory: Callable[[], Any] | None = None,
     keyring: KeyRing | None = None,
     wait_timeout: float = 30.0,
+    pin: Pin | None = None,
 ) -> MCPServer[Any]:
     """The MCP server over ``memory`` (already open; not closed here) or over what
     ``open_memory()`` returns (opened in the lifespan, closed at its end). ``keyring``: the
-    API keys tools check on streamable HTTP (``None``/empty: no checks)."""
+    API keys tools check on streamable HTTP (``None``/empty: no checks). ``pin``: the agents
+    the server may reach (``engramdb mcp --agent``; default all)."""
     if (memory is None) == (open_memory is None):
         raise ValueError("pass exactly one of memory= or open_memory=")
-
-    server: MCPServer[Any] = MCPServer(
-        "engramdb", instructions=INSTRUCTIONS, lifespan=_lifespan(memory, open_memory),
-        log_level="WARNING", version=_version(),
+    pin = pin or Pin()
+    rule = "" if pin.pattern == "*" else f"ids starting {pin.pattern[:-1]!r}"
+    instructions = INSTRUCTIONS + (_PINNED if pin.exact else _SAME_AGENT.format(rule=rule or AGENT_ID_RULE))
+    server = StrictServer(
+        "engramdb", instructions=instructions, lifespan=_lifespan(memory, open_memory),
+        log_level="WARNING", version=_version(), pin=pin,
     )
     _add_write_tools(server, keyring, wait_timeout)
     _add_read_tools(server, keyring)
+    server.seal_schemas()
     return server

@@ -17,9 +17,12 @@ from typing import Any
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from engramdb.infra.api_keys import KeyRing, load_keyring
+from engramdb.infra.api_keys import KeyRing
+from engramdb.infra.key_reload import watch_keyring
 from engramdb.infra.settings import Settings
 from engramdb.services.entrypoints.http.auth import allowed_hosts, check_bind, is_loopback
+from engramdb.services.entrypoints.mcp.stopping import StdioStopper
+from engramdb.services.entrypoints.serve.shutdown import ShutdownRequest, SignalFreeServer
 
 MCP_PATH = "/mcp"
 
@@ -78,28 +81,38 @@ def http_app(server: Any, host: str, ring: KeyRing, extra_hosts: str = "") -> AS
     return gated
 
 
-def run_mcp(settings: Settings, transport: str, host: str, port: int) -> None:
+def run_mcp(settings: Settings, transport: str, host: str, port: int, agent: str | None = None) -> None:
     """Serve until stopped. stdio: ``Memory`` opens inside the session (fd 1 is diverted
-    then); http: it opens first, so a bad database or key file fails before the port opens."""
+    then); http: it opens first, so a bad database or key file fails before the port opens.
+    ``agent``: pin the server to one agent id or a ``prefix*`` (``strict.Pin``)."""
     from engramdb.services.entrypoints.mcp.server import build_server
+    from engramdb.services.entrypoints.mcp.strict import Pin
     from engramdb.services.memory.facade import Memory
 
+    pin = Pin.parse(agent)  # a ValueError (one line) before anything opens
     if transport == "stdio":
+        stopper = StdioStopper()  # SIGTERM/SIGINT: close memory, exit 0 (issue 28)
+        stopper.install()
         try:
-            build_server(open_memory=Memory.open).run("stdio")
+            build_server(open_memory=lambda: stopper.open(Memory.open), pin=pin).run("stdio")
         except BaseExceptionGroup as group:  # the lifespan failed inside the SDK's task group
             raise _first_leaf(group) from None
         return
-    ring = load_keyring(settings.api_keys, settings.data_dir)  # ApiKeyConfigError: a ValueError
+    ring = watch_keyring(settings.api_keys, settings.data_dir)  # follows the file (issue 28)
     check_bind(host, ring)
     import anyio
     import uvicorn
 
-    with Memory.open(settings) as memory:
-        server = build_server(memory=memory, keyring=ring)
+    # SIGTERM/SIGINT only ask uvicorn to stop, so Memory (and its embedded servers) closes
+    # below and the exit is 0 (issue 28; uvicorn alone re-raises the signal and dies)
+    with ShutdownRequest().installed() as shutdown, Memory.open(settings) as memory:
+        server = build_server(memory=memory, keyring=ring, pin=pin)
         app = http_app(server, host, ring, settings.http_allowed_hosts)
         config = uvicorn.Config(app, host=host, port=port, log_level="warning")
-        anyio.run(uvicorn.Server(config).serve)
+        http = SignalFreeServer(config)
+        shutdown.watch(http)
+        if not shutdown.requested:
+            anyio.run(http.serve)
 
 
 def _first_leaf(group: BaseExceptionGroup) -> BaseException:

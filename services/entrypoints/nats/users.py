@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from engramdb.domain.agent_id import check_agent_id
 from engramdb.infra import nats_auth
 from engramdb.infra.embedded_nats import ensure_nats, reload_nats
 from engramdb.infra.settings import Settings
@@ -52,6 +53,8 @@ def create_publisher(settings: Settings, agents: list[str]) -> Publisher:
         )
     if not agents:
         raise ValueError("name at least one agent (--agent A)")
+    for agent in agents:  # '>' or '*' would be a wildcard in its permissions (issue 28)
+        check_agent_id(agent)
     prefix = settings.subject_prefix
     handle = ensure_nats(settings.data_dir)
     user, password = nats_auth.new_publisher(

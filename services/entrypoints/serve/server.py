@@ -17,8 +17,9 @@ from typing import Any
 
 import uvicorn
 
-from engramdb.infra.api_keys import ApiKeyConfigError, KeyRing, load_keyring
+from engramdb.infra.api_keys import ApiKeyConfigError, KeyRing
 from engramdb.infra.database import resolve_nats
+from engramdb.infra.key_reload import watch_keyring
 from engramdb.infra.nats_auth import redact_url
 from engramdb.infra.settings import Settings, load_settings
 from engramdb.services.entrypoints.http.api import create_app
@@ -26,8 +27,10 @@ from engramdb.services.entrypoints.http.auth import allowed_hosts, check_bind, s
 from engramdb.services.entrypoints.nats.ingest import IngestThread, build_ingest_app
 from engramdb.services.entrypoints.nats.manage import register_manage
 from engramdb.services.entrypoints.nats.retrieve import create_retrieve_broker, retrieve_subject
+from engramdb.services.entrypoints.serve.broker_stop import stop_broker
 from engramdb.services.entrypoints.serve.shutdown import ShutdownRequest, SignalFreeServer
 from engramdb.services.entrypoints.serve.startup_heap import settle
+from engramdb.services.entrypoints.serve.watchdog import EmbeddedWatchdog, embedded_servers
 from engramdb.services.jobs.schedule import start_jobs
 from engramdb.services.management.retrier import ExtractionRetrier
 from engramdb.services.memory.facade import Memory
@@ -53,10 +56,14 @@ def _run(role: str, settings: Settings, shutdown: ShutdownRequest) -> None:
     extracts = role in ("all", "ingest")  # only then is the offline-extractor notice news
     with Memory.open(settings, start_projectors=projectors, quiet=not extracts) as memory:
         nats_url = resolve_nats(settings) if role != "projector" else None
-        memory.nats_url = nats_url  # so /readyz checks the broker too
+        memory.nats_url = nats_url  # so /readyz checks the broker too (and erase reaches it)
+        memory.subject_prefix = settings.subject_prefix  # type: ignore[attr-defined]
         if role in ("all", "retrieve") and nats_url is not None:  # ADR-0019
             memory.enable_feedback(nats_url, settings.subject_prefix,
                                    settings.feedback_retention_days)
+        watchdog = EmbeddedWatchdog(  # restarts a dead embedded server (issue 28)
+            settings.data_dir, embedded_servers(settings, role), memory.metrics.registry
+        ).start()
         jobs = start_jobs(memory, settings, nats_url) if role in ("all", "jobs") else None
         ingest = None
         retriers: list[ExtractionRetrier] = []
@@ -71,7 +78,7 @@ def _run(role: str, settings: Settings, shutdown: ShutdownRequest) -> None:
                 **ingest_scaling(memory, settings),
             )
             ingest = IngestThread(app).start()
-            log.info("ingest consuming %s.messages.> on %s", settings.subject_prefix, redact_url(nats_url))
+            log.info("ingest consuming %s.messages.* on %s", settings.subject_prefix, redact_url(nats_url))
         if role in ("all", "ingest") and memory.llm is not None:  # nothing to wait for offline
             retriers = [ExtractionRetrier(  # one process retries per cell at a time (ADR-0029)
                 cell.pipeline, cell.pool, settings.extraction_retry_interval_sec,
@@ -86,6 +93,7 @@ def _run(role: str, settings: Settings, shutdown: ShutdownRequest) -> None:
             else:
                 shutdown.wait()
         finally:
+            watchdog.stop()
             for retrier in retriers:
                 retrier.stop()
             if jobs is not None:
@@ -116,7 +124,7 @@ async def _serve_retrieve(
     try:
         await server.serve()
     finally:
-        await broker.stop()
+        await stop_broker(broker, "retrieve")  # exit 0 with NATS down too (issue 28)
 
 
 def ingest_scaling(memory: Memory, settings: Settings) -> dict[str, Any]:
@@ -129,9 +137,10 @@ def ingest_scaling(memory: Memory, settings: Settings) -> dict[str, Any]:
 
 
 def _keyring(settings: Settings) -> KeyRing:
-    """The HTTP key ring; exits with the reason if it is unusable or the bind is unsafe."""
+    """The HTTP key ring, following its key file (issue 28); exits with the reason if it is
+    unusable or the bind is unsafe."""
     try:
-        ring = load_keyring(settings.api_keys, settings.data_dir)
+        ring = watch_keyring(settings.api_keys, settings.data_dir)
     except ApiKeyConfigError as exc:
         raise SystemExit(str(exc)) from None
     check_bind(settings.http_host, ring)

@@ -75,10 +75,11 @@ OFFLINE_NOTICE = (
 # Recorded as the facts' provenance (like an LLM prompt version). v2 (issue 9): clauses,
 # retraction requests, self-introductions, negation + new value as one UPDATE. v3: "My brother
 # Carlos…" → "Rita's brother Carlos…" (the possessor named). v4: a short preamble before a
-# colon ("Big news: I moved to…") is dropped when the clause after it is the speaker's.
-# v5 (issue 26): directives ("always…", "nunca…") are not facts but directives; the
+# colon ("Big news: I moved to…") is dropped when the clause after it is the speaker's. v5: a
+# name after a pet word ("my dog Rex", "a cat named Mia", "meu cachorro Thor") is an animal.
+# v6 (issue 26): directives ("always…", "nunca…") are not facts but directives; the
 # message's emotion from a small lexicon (``detector="lexicon"``).
-RULES_VERSION = "rule-based/v5"
+RULES_VERSION = "rule-based/v6"
 SELF_FALLBACK = "user"
 
 

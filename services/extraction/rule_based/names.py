@@ -76,8 +76,25 @@ def initial_is_name(sentence: str, name: str, end: int) -> bool:
     return next_word in NAME_FOLLOWERS
 
 
+# "my dog Rex", "a cat named Mia", "meu cachorro Thor": the name is an animal's, not a person's
+PET_WORDS = frozenset(
+    ["dog", "dogs", "puppy", "pup", "cat", "cats", "kitten", "kitty", "pet", "pets", "horse", "parrot", "rabbit", "bunny", "hamster", "turtle", "cachorro", "cachorra", "cachorrinho", "cachorrinha", "cão", "cadela", "gato", "gata", "gatinho", "gatinha", "cavalo", "papagaio", "coelho", "calopsita"]
+)
+NAMING_WORDS = frozenset({"named", "called", "chamado", "chamada"})
+
+
+def _after_a_pet_word(words: list[str]) -> bool:
+    """The words before a name end in a pet word ("my dog", "a cat named")."""
+    last = words[-1].strip(",") if words else ""
+    if last in NAMING_WORDS and len(words) > 1:
+        last = words[-2].strip(",")
+    return last in PET_WORDS
+
+
 def guess_type(sentence: str, start: int) -> str:
     before = sentence[:start].rstrip().rsplit(" ", 1)[-1].lower() if start else ""
+    if _after_a_pet_word(sentence[:start].lower().split()):
+        return "animal"
     if before in {"in", "to", "from", "em", "para", "pra", "de", "near", "visited", "visitei"}:
         return "place"
     if before in {"at", "na", "no", "pela", "pelo", "joined"}:

@@ -222,3 +222,22 @@ async def test_forget_and_reprocess_go_through_the_facade(ui_memory: Memory) -> 
     assert ui_memory.list_facts(agent).items == []
     forgets = [h for h in ui_memory.history(agent) if h.decision == "FORGET"]
     assert forgets and forgets[0].decided_by.get("via") == "ui"
+
+
+async def test_a_tenants_key_lists_only_its_tenants_agents(ui_memory: Memory) -> None:
+    """ADR-0051: the agent list is filtered by the key's agents in SQL (not dropped from a
+    fetched page), so a tenant's admin sees its own agents and nothing of the others."""
+    for agent in ("tenant-x:alice", "tenant-y:bob"):
+        written = ui_memory.write(agent, f"I live in Lisbon, says {agent}.", speaker="U")
+        ui_memory.wait_for_projections(written.position, agent_id=agent)
+    ring = KeyRing.parse([{"id": "y-admin", "key": ADMIN_KEY, "agents": ["tenant-y:*"],
+                           "scopes": ["admin"]}], "test")
+    async with _client(secure(create_app(ui_memory), ring)) as c:
+        login = await c.get("/ui/agents")
+        r = await c.post("/ui/login", data={"csrf": _csrf(login.text), "key": ADMIN_KEY})
+        assert r.status_code == 303
+        page = await c.get("/ui/agents")
+        assert page.status_code == 200 and "tenant-y:bob" in page.text
+        assert "tenant-x:alice" not in page.text and AGENT not in page.text
+        searched = await c.get("/ui/agents?q=tenant-x")
+        assert searched.status_code == 200 and "tenant-x:alice" not in searched.text

@@ -27,8 +27,10 @@ async def home() -> RedirectResponse:
 @router.get("/agents", response_class=HTMLResponse)
 async def agents(request: Request, q: Text = None, cursor: Cursor = None) -> HTMLResponse:
     grant = need(request, "read")
-    found = await call(request, lambda m: m.agent_overviews(search=q or None, limit=50, cursor=cursor))
-    items = [a for a in found.items if grant.allows("read", a.agent_id)]
+    covered = list(grant.agents)  # filtered in SQL: a tenant's page is full (ADR-0051)
+    found = await call(request, lambda m: m.agent_overviews(
+        search=q or None, limit=50, cursor=cursor, agents=covered))
+    items = list(found.items)
     erased = None  # an erased agent has no rows left: only an exact id finds its marker
     if q and cursor is None and grant.allows("read", q) and q not in {a.agent_id for a in items}:
         try:

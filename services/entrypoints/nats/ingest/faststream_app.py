@@ -23,6 +23,7 @@ from engramdb.services.observability.metrics import Metrics
 from engramdb.services.write.messages import (
     DEFAULT_PREFIX,
     DeadLetter,
+    deadletter_max_age,
     deadletter_stream_name,
     deadletter_subject,
 )
@@ -81,7 +82,7 @@ def build_ingest_app(
     leases: str | None = None,
     lease_scope: str = "public",
 ) -> tuple[FastStream, NatsBroker]:
-    """FastStream app + broker consuming ``<prefix>.messages.>``: ``partitions`` durable pull
+    """FastStream app + broker consuming ``<prefix>.messages.*``: ``partitions`` durable pull
     consumers (``<durable>-p<n>``), each run by one process at a time — the holder of its
     advisory lock in the database at ``leases`` (a libpq conninfo; None: this process runs
     them all). ``replicas``: JetStream replicas of the streams (a clustered NATS).
@@ -166,7 +167,7 @@ def _consumer_config(ack_wait: float, max_deliver: int, batch_size: int) -> dict
 def _declare_dead_letters(broker: NatsBroker, prefix: str, replicas: int) -> None:
     """The dead-letter publisher only declares its stream (and documents it in AsyncAPI)."""
     dead_stream = JStream(deadletter_stream_name(prefix), subjects=[deadletter_subject(prefix)],
-                          num_replicas=replicas)
+                          num_replicas=replicas, max_age=deadletter_max_age())  # issue 28
     broker.publisher(
         deadletter_subject(prefix),
         stream=dead_stream,

@@ -189,9 +189,11 @@ class IngestService:
                 try:
                     assert pipeline is not None
                     records = await anyio.to_thread.run_sync(pipeline.record_many, [m for m, _ in batch])
-                except Exception:  # noqa: BLE001 — each message records itself in write()
-                    log.warning("recording a batch of %d messages failed; recording one by one",
-                                len(batch), exc_info=True)
+                except Exception as exc:  # noqa: BLE001 — each message records itself in write()
+                    erased = isinstance(exc, AgentErasedError)  # expected: no traceback (issue 28)
+                    log.warning("recording a batch of %d messages failed%s; recording one by one",
+                                len(batch), " (an agent in it was erased)" if erased else "",
+                                exc_info=not erased)
                     records = [None] * len(batch)
                 for (_, future), record in zip(batch, records, strict=True):
                     if not future.done():

@@ -1,0 +1,1 @@
+"""erasure benchmark."""

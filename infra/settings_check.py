@@ -1,0 +1,39 @@
+"""``ENGRAMDB_*`` variables that are no setting: a typo must not silently mean "embedded".
+
+Why: ``Settings`` ignores variables it does not know (``extra="ignore"``, so unrelated
+tooling can share the prefix), so ``ENGRAMDB_DATABSE_URL=postgresql://...`` started the
+embedded database and wrote to it as if nothing were wrong. The commands warn once, on
+stderr, with the closest real name (ADR-0050).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+
+from engramdb.infra.settings import Settings
+
+PREFIX = "ENGRAMDB_"
+# read outside Settings, on purpose: test/bench harnesses and two embedded-server knobs
+OTHER_KNOWN = frozenset({
+    "ENGRAMDB_MINILM_TOKENIZER",  # infra/providers/offline_embeddings.py
+    "ENGRAMDB_PG_SYSTEM_USER",  # infra/embedded_pg_user.py
+    "ENGRAMDB_TEST_DATABASE_URL",
+    "ENGRAMDB_TEST_NATS_URL",
+    "ENGRAMDB_BENCH_DATABASE_URL",
+})
+
+
+def known_variables() -> frozenset[str]:
+    return frozenset(f"{PREFIX}{name.upper()}" for name in Settings.model_fields) | OTHER_KNOWN
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """One warning line per ``ENGRAMDB_*`` name that nothing reads, with a "did you mean"."""
+    known = known_variables()
+    lines = []
+    for name in sorted(n for n in environ if n.upper().startswith(PREFIX) and n not in known):
+        close = difflib.get_close_matches(name.upper(), sorted(known), n=1, cutoff=0.75)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        lines.append(f"warning: {name} is not an engramdb setting{hint}; it is ignored")
+    return lines
