@@ -69,7 +69,8 @@ def test_offline_rules_read_directives_en_pt(sentence: str, topic: str) -> None:
 @pytest.mark.parametrize("sentence", [
     "Don't worry about it!", "I always go running on Sundays.", "Never been to Paris.",
     "Nunca pensei nisso.", "Should I always answer?", "I went to a support group yesterday.",
-    "Actually, I moved to Porto.",
+    "Actually, I moved to Porto.", "Don't forget that I'm allergic to nuts.",
+    "Não esqueça que eu sou alérgico a nozes.",
 ])
 def test_offline_rules_leave_statements_and_small_talk_alone(sentence: str) -> None:
     assert directive_in(sentence) is None

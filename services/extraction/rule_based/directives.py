@@ -46,6 +46,7 @@ _OPENINGS = re.compile(
 )
 _SMALL_TALK = re.compile(
     _LEAD + r"(?:don['’]t worry|do not worry|never mind|never forget|don['’]t mention it|keep it up|"
+    r"don['’]t forget|do not forget|não (?:se )?esque(?:ça|ce)|"
     r"don['’]t know|always happy|never thought|never been|always been|never had|always had|"
     r"nunca (?:pensei|fui|tive|vi)|sempre (?:fui|tive|gostei|quis))\b",
     re.IGNORECASE,
