@@ -427,6 +427,9 @@ class AgentMemory(Aggregate):
 #: ``FactRetracted.reason`` when reprocessing a message ended the fact (ADR-0023): a
 #: replacement by a new extraction of the same turn, so the turn is NOT hidden from retrieval.
 REPROCESSED = "reprocessed"
+#: ``FactRetracted.reason`` when a client's fact ends at the ``valid_to`` the client gave
+#: (ADR-0049): the fact ended, nobody said it was wrong, so its turns stay retrievable too.
+CLIENT_VALID_TO = "valid_to given by the client"
 
 
 class MessageRecord(Aggregate):

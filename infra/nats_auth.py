@@ -114,6 +114,7 @@ def _add_publisher(
     users = load_users(data_dir)
     user = f"pub-{secrets.token_hex(4)}"
     password = secrets.token_urlsafe(32)
+    subjects = [sub.replace("{user}", user) for sub in subjects]  # per-user consumer names
     users.setdefault("publishers", []).append(
         {"user": user, "password": password, "agents": agents, "subjects": subjects,
          "stream": stream}

@@ -89,6 +89,9 @@ class Settings(BaseSettings):
     nats_stream_replicas: int = Field(
         default=1, ge=1, le=5, description="JetStream replicas of engramdb's streams (a NATS cluster: 3)"
     )
+    change_stream: bool = Field(
+        default=False, description="serve publishes memory changes on <prefix>.changes.* (ADR-0049)"
+    )
     ready_max_lag: int = Field(
         default=1000, ge=0, description="events a projection may trail the log before /readyz is 503"
     )

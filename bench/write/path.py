@@ -129,9 +129,13 @@ def bench_end_to_end(
     with_projections: bool = True,
     concurrency: int = 8,
     batched: bool = True,
+    change_stream: bool = False,
+    webhooks: int = 0,
 ) -> dict[str, Any]:
     """One run; ``batched=False`` is the baseline: each save its own transaction (2 per
-    message: record, then decisions), no batch recording of a fetch."""
+    message: record, then decisions), no batch recording of a fetch. ``change_stream``: the
+    change publisher (ADR-0049) follows the log meanwhile, as ``serve`` runs it; ``webhooks``:
+    that many webhooks (every agent) deliver to a local receiver meanwhile."""
     from engramdb.infra.providers.scripted import HashEmbedder
     from engramdb.services.entrypoints.nats.ingest import IngestThread, build_ingest_app
     from engramdb.services.entrypoints.nats.publisher import MessagePublisher
@@ -172,6 +176,13 @@ def bench_end_to_end(
         batch_records=batched,
     )
     runner = IngestThread(ingest_app).start()
+    changes = None
+    if change_stream:
+        from engramdb.services.entrypoints.nats.changes import ChangePublisher
+
+        changes = ChangePublisher(  # this run's changes, not the earlier runs' in the schema
+            app, nats_url, prefix, start_after=app.recorder.max_notification_id() or 0).start()
+    hooks = _start_webhooks(nats_url, prefix, webhooks) if webhooks else None
     ids = [f"bench-e2e-{uuid.uuid4().hex[:6]}-{a}" for a in range(agents)]
     messages = [
         ConversationMessage(
@@ -200,13 +211,29 @@ def bench_end_to_end(
         if projections is not None:
             projections.wait(max(r.position for r in results), timeout=120)
             visible = time.perf_counter() - started
+        if changes is not None:  # the stream caught up: its cost is inside the run
+            head = max(r.position for r in results)
+            while changes.position < head and time.perf_counter() - started < 300:
+                time.sleep(0.02)
+            changes_s = time.perf_counter() - started
     finally:
         runner.stop()
         if projections is not None:
             projections.stop()
+        if changes is not None:
+            changes.stop()
+        if hooks is not None:
+            hooks[0].stop()
+            hooks[1].shutdown()
         app.close()
+    extra = {} if changes is None else {
+        "changes_published": changes.published, "changes_caught_up_s": round(changes_s, 3)}
+    if hooks is not None:
+        extra["webhook_deliveries_during_run"] = sum(c["delivered"] for c in hooks[0].stats.values())
     return {
-        "mode": "batched" if batched else "baseline",
+        **extra,
+        "mode": ("batched" if batched else "baseline") + ("+changes" if change_stream else "")
+        + (f"+{webhooks}webhooks" if webhooks else ""),
         "concurrency": concurrency,
         "messages": n,
         "agents": agents,
@@ -221,6 +248,31 @@ def bench_end_to_end(
             (pipeline.commits.stats["transactions"] - before["transactions"]) / n, 3
         ),
     }
+
+
+def _start_webhooks(nats_url: str, prefix: str, n: int) -> tuple[Any, Any]:
+    """``n`` webhooks for every agent, delivering to one local HTTP receiver (204s)."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from engramdb.infra.embedded_base import pick_port
+    from engramdb.services.entrypoints.nats.webhooks import WebhookDispatcher
+    from engramdb.services.management.webhooks import Webhook
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    port = pick_port()
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    hooks = [Webhook(webhook_id=f"wh_bench{i}", url=f"http://127.0.0.1:{port}/", agent_prefix="",
+                     secret="bench-secret-0123456789") for i in range(n)]
+    return WebhookDispatcher(hooks, nats_url, prefix).start(), server
 
 
 def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -245,6 +297,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                         help="also run the unbatched baseline (4 workers, 2 transactions per message), "
                              "interleaved with the batched runs in the same process, and report the ratio")
     parser.add_argument("--no-projections", action="store_true", help="measure ingest alone")
+    parser.add_argument("--change-stream", action="store_true",
+                        help="also run with the change publisher (ADR-0049) and report the ratio")
+    parser.add_argument("--webhooks", type=int, default=0,
+                        help="with --change-stream: also that many webhooks to a local receiver")
     args = parser.parse_args(argv)
 
     import psycopg
@@ -260,12 +316,21 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     proj = not args.no_projections
     try:
         report: dict[str, Any] = {"in_process": bench_in_process(env, args.inproc_messages, args.agents)}
-        batched, baseline = [], []
+        batched, baseline, streamed = [], [], []
         for _ in range(args.runs):  # interleaved, so both modes see the same machine load
             if args.baseline:
                 baseline.append(bench_end_to_end(env, nats_url, args.messages, args.agents, proj, 4, batched=False))
             batched.append(bench_end_to_end(env, nats_url, args.messages, args.agents, proj, args.concurrency))
+            if args.change_stream:
+                streamed.append(bench_end_to_end(env, nats_url, args.messages, args.agents, proj,
+                                                 args.concurrency, change_stream=True,
+                                                 webhooks=args.webhooks))
         report["end_to_end"] = _median_run(batched)
+        if streamed:
+            report["end_to_end_with_change_stream"] = _median_run(streamed)
+            report["change_stream_msgs_per_s_ratio"] = round(
+                report["end_to_end_with_change_stream"]["events_saved_msgs_per_s"]
+                / report["end_to_end"]["events_saved_msgs_per_s"], 3)
         if baseline:
             base = _median_run(baseline)
             report["baseline_end_to_end"] = base

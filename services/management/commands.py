@@ -39,6 +39,7 @@ from engramdb.services.write.citations import recorded_citations
 from engramdb.services.write.entity_resolution import ResolutionMemo
 from engramdb.services.write.messages import ConversationMessage
 from engramdb.services.write.models import WriteResult, write_result
+from engramdb.services.write.not_inferred import NOT_INFERRED
 from engramdb.services.write.pipeline import WritePipeline
 
 USER_REQUEST = "user request"
@@ -127,7 +128,7 @@ def dry_run_write(pipeline: WritePipeline, request: ConversationMessage) -> Writ
         memory = copy.deepcopy(app.agent_memory(request.agent_id))
     extraction, error, _raw, llm_calls, info, transient = pipeline._extract(
         pipeline._extraction_input(record, memory)
-    )
+    ) if request.infer else NOT_INFERRED
     ctx = MessageContext(
         agent_id=record.agent_id,
         message_id=record.message_id,

@@ -125,12 +125,19 @@ class AsyncMemory:
         message_id: str | None = None,
         metadata: dict[str, Any] | None = None,
         dry_run: bool = False,
+        infer: bool = True,
     ) -> WriteResult:
-        """``Memory.write``: record one message and its decisions (idempotent on message_id)."""
+        """``Memory.write``: record one message and its decisions (idempotent on message_id);
+        ``infer=False``: the turn only (ADR-0049)."""
         return await self._command(
             self.sync.write, agent_id, text, speaker=speaker, session_id=session_id,
             occurred_at=occurred_at, message_id=message_id, metadata=metadata, dry_run=dry_run,
+            infer=infer,
         )
+
+    async def add_facts(self, agent_id: str, facts: Any, *, via: str = "add_facts") -> WriteResult:
+        """``Memory.add_facts``: facts the client decided, reconciled (ADR-0049)."""
+        return await self._command(self.sync.add_facts, agent_id, facts, via=via)
 
     async def retrieve(
         self,

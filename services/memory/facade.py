@@ -44,6 +44,7 @@ from engramdb.services.management.pending import (
 from engramdb.services.management.retrier import retrier_holder
 from engramdb.services.memory.cell import Cell, cell_databases
 from engramdb.services.memory.facade_edit import EditMixin
+from engramdb.services.memory.facade_flows import FlowsMixin
 from engramdb.services.memory.facade_inspect import InspectMixin
 from engramdb.services.memory.facade_management import ManageMixin
 from engramdb.services.memory.router import (
@@ -62,7 +63,7 @@ from engramdb.services.write.pipeline import WriteConfig, WritePipeline, WriteRe
 _UNSET: Any = object()
 
 
-class Memory(SingleCellMixin, ManageMixin, InspectMixin, EditMixin):
+class Memory(SingleCellMixin, ManageMixin, InspectMixin, EditMixin, FlowsMixin):
     """Long-term memory for agents. Open with ``Memory.open()``; close (or use ``with``).
 
     Agents live in cells (``ENGRAMDB_CELLS``, ADR-0028): every per-agent call goes to the
@@ -243,11 +244,13 @@ class Memory(SingleCellMixin, ManageMixin, InspectMixin, EditMixin):
         message_id: str | None = None,
         metadata: dict[str, Any] | None = None,
         dry_run: bool = False,
+        infer: bool = True,
     ) -> WriteResult:
         """Record one message and the memory decisions it leads to (idempotent on message_id).
 
-        ``dry_run``: return the decisions that would be made; nothing is saved."""
-        fields: dict[str, Any] = {"agent_id": agent_id, "text": text}
+        ``dry_run``: return the decisions that would be made; nothing is saved. ``infer=False``:
+        store the turn only, no extraction and no decisions (ADR-0049)."""
+        fields: dict[str, Any] = {"agent_id": agent_id, "text": text, "infer": infer}
         for key, value in (
             ("speaker", speaker),
             ("session_id", session_id),

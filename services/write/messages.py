@@ -162,6 +162,11 @@ class ConversationMessage(BaseModel):
         description=f"when it was said: {TIME_RULE}; naive values are taken as UTC",
     )
     metadata: dict[str, Any] = Field(default_factory=dict)
+    infer: bool = Field(
+        default=True,
+        description="false: store the turn only (searchable, no extraction, no decisions); "
+        "Mem0's infer=False (ADR-0049)",
+    )
 
     @field_validator("message_id", "session_id", "speaker")
     @classmethod

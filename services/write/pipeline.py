@@ -69,6 +69,7 @@ from engramdb.services.write.models import (
     WriteResult,
     write_result,
 )
+from engramdb.services.write.not_inferred import NOT_INFERRED
 from engramdb.services.write.pre_retrieval import PreRetrieval, aggregate_context
 
 __all__ = ["DecisionOut", "ExtractionUnavailable", "RejectedOut", "WriteConfig", "WritePipeline",
@@ -294,11 +295,14 @@ class WritePipeline:
             except _Duplicate:
                 return self._duplicate_result(request)
 
-        if blocked is not None:
+        if blocked is not None and request.infer:  # infer=False decides nothing to order
             return self._outage(request, record, blocked, on_outage, attempts, 0, resumed)
         memory = self.app.agent_memory(request.agent_id)
-        extraction_input = self._extraction_input(record, memory)
-        extraction, error, raw_output, llm_calls, info, transient = self._extract(extraction_input)
+        if request.infer:
+            extraction, error, raw_output, llm_calls, info, transient = self._extract(
+                self._extraction_input(record, memory))
+        else:  # the turn only (ADR-0049): no extractor call, the record says so
+            extraction, error, raw_output, llm_calls, info, transient = NOT_INFERRED
         if transient:
             reason = error or "LLM unavailable"
             return self._outage(request, record, reason, on_outage, attempts, llm_calls, resumed)

@@ -64,6 +64,8 @@ def _client(app: Any, host: str = "localhost") -> httpx.AsyncClient:
 ENDPOINTS = [
     ("POST", "/v1/retrieve", {"agent_id": AGENT, "query": "where does Ana live?"}, "read", 200),
     ("POST", "/v1/messages", {"agent_id": AGENT, "text": "I live in Recife."}, "write", 200),
+    ("POST", "/v1/facts", {"agent_id": AGENT, "facts": [{"subject": "Ana", "text": "Ana likes tea"}]},
+     "write", 200),  # ADR-0049
     ("GET", f"/v1/agents/{AGENT}/facts", None, "read", 200),
     ("GET", f"/v1/agents/{AGENT}/facts/f-unknown", None, "read", 404),
     ("DELETE", f"/v1/agents/{AGENT}/facts/f-unknown", None, "write", 404),
@@ -78,7 +80,11 @@ ADMIN_ENDPOINTS = [
     ("POST", f"/v1/agents/{AGENT}/reprocess", None),
     ("POST", f"/v1/agents/{AGENT}/forget", {"actor": "test"}),
     ("POST", f"/v1/agents/{AGENT}/erase", {"actor": "test"}),
+    ("POST", "/v1/webhooks", {"url": "https://example.com/hook", "agent_prefix": ""}),  # ADR-0049
+    ("GET", "/v1/webhooks", None),
+    ("DELETE", "/v1/webhooks/wh_unknown", None),
 ]
+ADMIN_STATUS = {"/v1/webhooks/wh_unknown": 404}  # the admin got through: no such webhook
 
 
 # the Mem0 platform routes (issue 24, ADR-0047): Mem0's "Token" scheme, memories user:<id>...
@@ -104,7 +110,7 @@ def test_every_data_endpoint_is_covered() -> None:
     routes |= {(m.upper(), p) for p, ops in paths.items() if p.startswith("/v3/") for m in ops}
     listed += [(m, p) for m, p, *_ in MEM0_ENDPOINTS if p.startswith("/v3/")]
     covered = {(m, p.replace(AGENT, "{agent_id}").replace("f-unknown", "{fact_id}")
-                .replace(MEM0_ID, "{memory_id}")) for m, p in listed}
+                .replace(MEM0_ID, "{memory_id}").replace("wh_unknown", "{webhook_id}")) for m, p in listed}
     assert routes == covered
 
 
@@ -159,7 +165,7 @@ async def test_admin_endpoint_credentials(memory: Memory, method: str, path: str
         for key in (READER, WRITER, OTHER):  # read/write on the agent is not enough
             assert (await _call(client, method, path, body, key)).status_code == 403, key
         ok = await _call(client, method, path, body, ADMIN)
-        assert ok.status_code == 200, ok.text
+        assert ok.status_code == ADMIN_STATUS.get(path, 200), ok.text
 
 
 async def test_strangers_get_401_before_any_validation_detail(memory: Memory) -> None:

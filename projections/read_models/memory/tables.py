@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engramdb.domain.aggregate import REPROCESSED
+from engramdb.domain.aggregate import CLIENT_VALID_TO, REPROCESSED
 from engramdb.domain.fold import FactRow
 from engramdb.projections.read_model import jsonb
 from engramdb.projections.read_models.patterns import PATTERNS
@@ -277,8 +277,9 @@ def hidden_message_rows(
 ) -> list[tuple[str, str, Any, str]]:
     """Rows a ``FactRetracted`` adds to ``mem_hidden_messages``: the retracted fact's source
     turns, hidden from the retraction's transaction time on (the first hiding wins). None for
-    a fact ended by reprocessing its turn (ADR-0023): the turn is re-extracted, not withdrawn."""
-    if getattr(e, "reason", None) == REPROCESSED:
+    a fact ended by reprocessing its turn (ADR-0023): the turn is re-extracted, not withdrawn;
+    none for a client's fact ending at its ``valid_to`` (ADR-0049): it ended, nobody withdrew it."""
+    if getattr(e, "reason", None) in (REPROCESSED, CLIENT_VALID_TO):
         return []
     return [(agent, mid, e.timestamp, e.fact_id) for mid in dict.fromkeys(sources)]
 

@@ -21,6 +21,7 @@ import typer
 
 from engramdb.domain.time_range import check_instant
 from engramdb.services.entrypoints.cli import polish
+from engramdb.services.entrypoints.cli.flows import register as register_flow_commands
 from engramdb.services.entrypoints.cli.jobs import jobs_app
 from engramdb.services.entrypoints.cli.manage import register as register_manage_commands
 from engramdb.services.entrypoints.cli.security import keys_app, nats_user_app
@@ -369,6 +370,7 @@ def _find_checkout(start: Path) -> Path | None:
 
 register_manage_commands(app)  # write, list-facts, get-fact, delete-fact, forget-agent, ...
 register_ui_command(app)  # engramdb ui: the web inspector (ADR-0044)
+register_flow_commands(app)  # add-facts, export, import, webhooks (ADR-0049)
 
 
 def main() -> None:

@@ -79,6 +79,9 @@ def write(
         str | None, typer.Option("--message-id", help="your id for the turn; repeating it is a no-op")
     ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="show decisions, save nothing")] = False,
+    infer: Annotated[
+        bool, typer.Option("--infer/--no-infer", help="--no-infer: store the turn only")
+    ] = True,
     as_json: Json = False,
 ) -> None:
     """Write one message through the pipeline (no NATS) and print the decisions."""
@@ -89,7 +92,7 @@ def write(
         with Memory.open() as memory:
             result = memory.write(
                 agent, text, speaker=speaker, session_id=session, message_id=message_id,
-                dry_run=dry_run,
+                dry_run=dry_run, infer=infer,
             )
     if as_json:
         typer.echo(result.model_dump_json())

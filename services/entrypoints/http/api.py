@@ -15,7 +15,12 @@ from typing import Any
 
 from fastapi import Depends, FastAPI
 
-from engramdb.services.entrypoints.http import health_routes, mem0_routes, memory_routes
+from engramdb.services.entrypoints.http import (
+    flows_routes,
+    health_routes,
+    mem0_routes,
+    memory_routes,
+)
 from engramdb.services.entrypoints.http.docs import add_offline_docs
 from engramdb.services.entrypoints.http.errors import install_error_handlers
 from engramdb.services.entrypoints.http.guard import DEFAULT_MAX_BODY_BYTES, install_input_guards
@@ -55,6 +60,7 @@ def create_app(
     app.include_router(manage_router)
     mount_ui(app)  # the web inspector at /ui (ADR-0044)
     app.include_router(mem0_routes.router)  # the Mem0 platform routes (issue 24)
+    app.include_router(flows_routes.router)
     install_error_handlers(app)
     return app
 

@@ -102,6 +102,7 @@ async def write_message(
                 occurred_at=message.occurred_at,
                 message_id=message.message_id,
                 metadata=dict(message.metadata),
+                infer=message.infer,
                 **({"dry_run": True} if dry_run else {}),
             )
         )

@@ -28,6 +28,7 @@ from pydantic import Field
 from engramdb.domain.agent_id import AGENT_ID_PATTERN, AGENT_ID_RULE
 from engramdb.infra.api_keys import Grant, KeyRing
 from engramdb.services.entrypoints.http.auth import OPEN
+from engramdb.services.entrypoints.mcp.flows_tools import add_flow_tools
 from engramdb.services.entrypoints.mcp.shapes import Recall, recall
 from engramdb.services.entrypoints.mcp.strict import Pin, StrictServer
 from engramdb.services.entrypoints.user_errors import one_line
@@ -137,6 +138,9 @@ def _add_write_tools(server: MCPServer[Any], keyring: KeyRing | None, wait_timeo
             str | None, Field(max_length=200, description="your id for the turn; repeating it is a no-op")
         ] = None,
         dry_run: Annotated[bool, Field(description="show the decisions, save nothing")] = False,
+        infer: Annotated[
+            bool, Field(description="false: store the turn only, extract nothing (use add_facts)")
+        ] = True,
     ) -> WriteResult:
         """Remember one conversation turn. Call it with each user message that may hold
         something worth keeping (who they are, preferences, plans, corrections such as "I
@@ -148,7 +152,7 @@ def _add_write_tools(server: MCPServer[Any], keyring: KeyRing | None, wait_timeo
         def run() -> WriteResult:
             result: WriteResult = m.write(
                 agent_id, text, speaker=speaker, session_id=session_id, message_id=message_id,
-                dry_run=dry_run,
+                dry_run=dry_run, infer=infer,
             )
             if not dry_run:
                 m.wait_for_projections(result.position, timeout=wait_timeout, agent_id=agent_id)
@@ -298,6 +302,7 @@ def build_server(
         log_level="WARNING", version=_version(), pin=pin,
     )
     _add_write_tools(server, keyring, wait_timeout)
+    add_flow_tools(server, keyring, wait_timeout, check=_check, call=_call, memory_of=_memory)
     _add_read_tools(server, keyring)
     server.seal_schemas()
     return server

@@ -1,7 +1,7 @@
 """NATS request/reply surface of memory management: subjects ``<prefix>.manage.<op>``.
 
 ``op`` is the ``Memory`` method's name — ``list_facts``, ``get_fact``, ``delete_fact``,
-``forget_agent``, ``erase_agent``, ``list_entities``, ``list_agents``, ``list_messages`` — and the request is a
+``forget_agent``, ``erase_agent``, ``list_entities``, ``list_agents``, ``list_messages``, ``add_facts`` (ADR-0049) — and the request is a
 JSON object with that method's parameters (``agent_id`` plus the same filters as HTTP; unknown
 fields are a validation error). Reply: ``{"result": ...}`` or ``{"error": "...",
 "error_type": "validation" | "not_found" | "conflict" | "erased" | "internal"}``, so a requester always
@@ -27,6 +27,7 @@ from engramdb.services.management.models import (
     NotFoundError,
     PageParams,
 )
+from engramdb.services.write.client_facts import AddFactsRequest
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,11 @@ def _call(method: str, **fixed: Any) -> Callable[[Any, BaseModel], Any]:
     return lambda memory, request: getattr(memory, method)(**request.model_dump(), **fixed)
 
 
+def _add_facts(memory: Any, request: BaseModel) -> Any:
+    assert isinstance(request, AddFactsRequest)
+    return memory.add_facts(request.agent_id, request, via="nats")
+
+
 OPS: dict[str, tuple[type[BaseModel], Callable[[Any, BaseModel], Any]]] = {
     "list_facts": (ListFactsRequest, _call("list_facts")),
     "get_fact": (FactRequest, _call("get_fact")),
@@ -78,6 +84,7 @@ OPS: dict[str, tuple[type[BaseModel], Callable[[Any, BaseModel], Any]]] = {
     "list_entities": (ListEntitiesRequest, _call("list_entities")),
     "list_agents": (PageParams, _call("list_agents")),
     "list_messages": (ListMessagesRequest, _call("list_messages")),
+    "add_facts": (AddFactsRequest, _add_facts),  # ADR-0049: facts the client decided
 }
 
 

@@ -24,9 +24,11 @@ from engramdb.infra.nats_auth import redact_url
 from engramdb.infra.settings import Settings, load_settings
 from engramdb.services.entrypoints.http.api import create_app
 from engramdb.services.entrypoints.http.auth import allowed_hosts, check_bind, secure
+from engramdb.services.entrypoints.nats.changes import ChangePublisher
 from engramdb.services.entrypoints.nats.ingest import IngestThread, build_ingest_app
 from engramdb.services.entrypoints.nats.manage import register_manage
 from engramdb.services.entrypoints.nats.retrieve import create_retrieve_broker, retrieve_subject
+from engramdb.services.entrypoints.nats.webhooks import WebhookDispatcher
 from engramdb.services.entrypoints.serve.broker_stop import stop_broker
 from engramdb.services.entrypoints.serve.shutdown import ShutdownRequest, SignalFreeServer
 from engramdb.services.entrypoints.serve.startup_heap import settle
@@ -84,6 +86,12 @@ def _run(role: str, settings: Settings, shutdown: ShutdownRequest) -> None:
                 cell.pipeline, cell.pool, settings.extraction_retry_interval_sec,
                 leases=cell.database.url, lease_scope=cell.schema,
             ).start() for cell in memory.cells]
+        changes = [ChangePublisher(cell.app, nats_url, settings.subject_prefix).start()
+                   for cell in memory.cells] if (  # ADR-0049
+            settings.change_stream and role in ("all", "ingest") and nats_url is not None) else []
+        hooks = memory.list_webhooks(with_secrets=True) if changes else []
+        dispatcher = WebhookDispatcher(hooks, nats_url or "", settings.subject_prefix).start() \
+            if hooks else None  # registered at start-up; a new hook is served after a restart
         log.info("start-up objects frozen out of garbage collection: %d", settle())  # ADR-0041
         try:
             if shutdown.requested:
@@ -96,6 +104,10 @@ def _run(role: str, settings: Settings, shutdown: ShutdownRequest) -> None:
             watchdog.stop()
             for retrier in retriers:
                 retrier.stop()
+            for publisher in changes:
+                publisher.stop()
+            if dispatcher is not None:
+                dispatcher.stop()
             if jobs is not None:
                 jobs.stop()
             if ingest is not None:
