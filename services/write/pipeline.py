@@ -34,6 +34,9 @@ Why it is shaped like this (ADR-0004):
 - **An LLM outage is not an answer** (ADR-0014): no empty extraction; ``on_outage="defer"``
   saves ``ExtractionDeferred`` (``extraction_pending``), ``"raise"`` (ingest before its last
   attempt) raises ``ExtractionUnavailable``. A later write of the message extracts it.
+
+Why this module is long: the stages share one message's record, aggregate and conflict loop;
+each stage's logic already lives in its own module (pre-retrieval, resolution, citations…).
 """
 
 from __future__ import annotations
