@@ -13,6 +13,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from engramdb.domain.directives import ExtractedDirective
+from engramdb.domain.emotion import ExtractedEmotion
+
 
 class ConfidenceLevel(StrEnum):
     explicit_statement = "explicit_statement"
@@ -66,6 +69,12 @@ class ExtractedFact(BaseModel):
 
 
 class Extraction(BaseModel):
+    """``emotion`` and ``directives`` (instructions to the agent, ADR-0045) come first: a
+    schema-constrained model writes the fields in this order, and one that has just written
+    its facts tends to close the answer with an empty list (issue 26, measured on 1.5B)."""
+
+    emotion: ExtractedEmotion | None = None
+    directives: list[ExtractedDirective] = Field(default_factory=list)
     facts: list[ExtractedFact] = Field(default_factory=list)
     entities: list[ExtractedEntity] = Field(default_factory=list)
     relationships: list[ExtractedRelationship] = Field(default_factory=list)

@@ -363,6 +363,40 @@ def build_parser() -> argparse.ArgumentParser:
         help="sleep-time jobs run over every agent after its ingest, before its questions "
         "(ADR-0030; default: none)",
     )
+    p.add_argument(
+        "--llm-record",
+        type=Path,
+        default=None,
+        metavar="CASSETTE.jsonl",
+        help="configured mode: append every LLM call's answer (and seconds, tokens) to this "
+        "file (bench/shared/llm_cassette.py)",
+    )
+    p.add_argument(
+        "--llm-replay",
+        type=Path,
+        default=None,
+        metavar="CASSETTE.jsonl",
+        help="configured mode: answer every LLM call from a --llm-record file, never calling a "
+        "model (no LLM server needed)",
+    )
+    p.add_argument(
+        "--no-llm-resolution",
+        action="store_true",
+        help="configured mode: entity resolution without LLM calls (fuzzy matching only), so "
+        "only the extractor uses the model — what the rule-based run gets too",
+    )
+    p.add_argument(
+        "--llm-no-repair",
+        action="store_true",
+        help="configured mode: the LLM extractor without its post-processing "
+        "(services/extraction/llm_postprocess.py), to measure what the repairs change",
+    )
+    p.add_argument(
+        "--dump-facts",
+        action="store_true",
+        help="also write every stored fact (text, subject, attribute, category, sources) to "
+        "<out>/facts-<mode>.jsonl, for looking at what the extractor produced",
+    )
     p.add_argument("--skip-engramdb", action="store_true", help="baselines only")
     p.add_argument("--skip-baselines", action="store_true", help="engramdb only")
     p.add_argument(
@@ -402,14 +436,53 @@ def _settings(args: argparse.Namespace, data_dir: Path | None) -> Any:
     return Settings(**overrides)
 
 
-def _open_memory(settings: Any, embedder: Any, extractor: Any) -> Any:
+def _open_memory(settings: Any, embedder: Any, extractor: Any, cassette: Any = None,
+                 llm_resolution: bool = True, repair: bool = True) -> Any:
     """Observations mode runs with no LLM at all (entity resolution included), so it is
-    deterministic and offline; configured mode uses whatever the settings configure."""
+    deterministic and offline; configured mode uses whatever the settings configure, or a
+    recording/replaying cassette around it (``--llm-record`` / ``--llm-replay``)."""
     from engramdb.services.memory.facade import Memory
+    from engramdb.services.write.models import WriteConfig
 
     if extractor is not None:
         return Memory.open(settings, llm=None, embedder=embedder, extractor=extractor)
-    return Memory.open(settings, embedder=embedder)
+    config = None if llm_resolution else WriteConfig(enable_llm_resolution=False)
+    if cassette is not None or not repair:
+        from engramdb.infra.providers.factory import make_llm
+        from engramdb.services.extraction.llm_extractor import LLMExtractor
+
+        llm = cassette if cassette is not None else make_llm(settings)
+        chosen = None if llm is None else LLMExtractor(
+            llm, timeout_sec=settings.llm_timeout_sec, repair=repair)
+        return Memory.open(settings, llm=llm, embedder=embedder, write_config=config,
+                           extractor=chosen)
+    return Memory.open(settings, embedder=embedder, write_config=config)
+
+
+def _cassette(args: argparse.Namespace, settings: Any) -> Any:
+    """The ``--llm-record`` / ``--llm-replay`` provider, or None."""
+    from bench.shared.llm_cassette import CassetteLLM
+    from engramdb.infra.providers.factory import make_llm
+
+    if args.llm_replay is not None:
+        return CassetteLLM(args.llm_replay, "replay")
+    if args.llm_record is not None:
+        return CassetteLLM(args.llm_record, "record", make_llm(settings))
+    return None
+
+
+def _dump_facts(memory: Any, agent_ids: Sequence[str], path: Path) -> None:
+    """Every fact (all statuses) of the run's agents, one JSON line each."""
+    with path.open("w", encoding="utf-8") as fh:
+        for agent_id in agent_ids:
+            cursor = None
+            while True:
+                page = memory.list_facts(agent_id, status="all", limit=200, cursor=cursor)
+                for item in page.items:
+                    fh.write(json.dumps(item.model_dump(mode="json"), ensure_ascii=False) + "\n")
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
 
 
 def _write_cv(
@@ -502,6 +575,7 @@ def main(argv: list[str] | None = None) -> int:
     summaries: dict[str, dict[str, Any]] = {}
     ablation: dict[str, dict[str, Any]] = {}
     candidate_runs: dict[str, SystemRun] = {}
+    summaries_extra: dict[str, Any] = {}
     started = time.perf_counter()
     try:
         if not args.skip_baselines:
@@ -515,7 +589,13 @@ def main(argv: list[str] | None = None) -> int:
                 extractor = ObservationExtractor(
                     {f"locomo-{c.sample_id}-{run_id}": c.observations for c in conversations}
                 )
-            memory = _open_memory(settings, embedder, extractor)
+            if (args.llm_record or args.llm_replay) and args.mode != "configured":
+                print("--llm-record/--llm-replay need --mode configured", file=sys.stderr)
+                return 2
+            cassette = _cassette(args, settings) if extractor is None else None
+            memory = _open_memory(settings, embedder, extractor, cassette,
+                                  llm_resolution=not args.no_llm_resolution,
+                                  repair=not args.llm_no_repair)
             try:
                 from bench.locomo.engramdb_side import run_engramdb
 
@@ -530,6 +610,15 @@ def main(argv: list[str] | None = None) -> int:
                     cv_candidates=candidates,
                     jobs=jobs,
                 )
+                if args.dump_facts:
+                    args.out.mkdir(parents=True, exist_ok=True)
+                    _dump_facts(memory, [f"locomo-{c.sample_id}-{run_id}" for c in conversations],
+                                args.out / f"facts-{args.mode}.jsonl")
+                if cassette is not None:
+                    summaries_extra["llm_cassette"] = {
+                        "mode": cassette.mode, "path": str(cassette.path), "calls": cassette.calls,
+                        "misses": cassette.misses,
+                    }
             finally:
                 memory.close()
             for run in runs.values():
@@ -559,6 +648,7 @@ def main(argv: list[str] | None = None) -> int:
         "jobs": list(jobs),
         "seconds": round(total_s, 1),
         "run_id": run_id,
+        **summaries_extra,
         "command": "engramdb bench locomo " + " ".join(sys.argv[1:] if argv is None else argv),
     }
     out = args.out

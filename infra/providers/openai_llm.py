@@ -57,6 +57,9 @@ class OpenAILLM:
         # Newer OpenAI reasoning models want "max_completion_tokens"; most compatible
         # servers only know "max_tokens".
         self.max_tokens_param = max_tokens_param
+        #: called with each answer's token usage (``prompt_tokens``, ``completion_tokens``,
+        #: ``finish_reason``) when set: how a benchmark measures a call's cost
+        self.on_usage: Callable[[dict[str, Any]], None] | None = None
         self._client = client or openai.OpenAI(
             api_key=api_key or NO_KEY,
             base_url=base_url or None,  # "" is unset, not a URL (compose passes "")
@@ -93,6 +96,13 @@ class OpenAILLM:
             raise ProviderBadResponse(f"{self.name}: response has no choices")
         choice = response.choices[0]
         message = choice.message
+        if self.on_usage is not None:  # benchmarks count tokens (issue 26); never required
+            usage = getattr(response, "usage", None)
+            self.on_usage({
+                "prompt_tokens": getattr(usage, "prompt_tokens", None),
+                "completion_tokens": getattr(usage, "completion_tokens", None),
+                "finish_reason": choice.finish_reason,
+            })
         if choice.finish_reason == "length":
             raise ProviderTruncated(
                 f"{self.name}: answer cut at max_tokens={max_tokens} (finish_reason=length)",

@@ -17,6 +17,7 @@ from typing import Any
 from uuid import UUID
 
 from engramdb.domain.aggregate import AgentMemory, MessageRecord
+from engramdb.domain.emotion import ExtractedEmotion
 from engramdb.projections.embeddings import CACHED_VECTOR_SQL
 from engramdb.projections.erasure import drop_agent_rows
 from engramdb.projections.handlers import handles
@@ -41,7 +42,13 @@ MESSAGES = Table(
         ("extraction_error", "text"),
         (EMBEDDING, VECTOR),
         ("record_id", "uuid NOT NULL"),
+        # issue 26: the emotion the extraction read (``Processed.extraction["emotion"]``) and
+        # who read it (``llm`` or ``lexicon``); NULL = none recorded
+        ("emotion", "text"),
+        ("emotion_intensity", "real"),
+        ("emotion_detector", "text"),
     ),
+    added=("emotion", "emotion_intensity", "emotion_detector"),
     primary_key=("agent_id", "message_id"),
     indexes=(
         "CREATE INDEX IF NOT EXISTS mem_messages_time ON mem_messages (agent_id, occurred_at)",
@@ -130,14 +137,29 @@ def _recorded_row(e: MessageRecord.Recorded) -> dict[str, Any]:
         "speaker": e.speaker, "text": e.text, "occurred_at": e.occurred_at,
         "recorded_at": e.timestamp, "metadata": jsonb(e.metadata), "processed": False,
         "extractor": None, "llm_calls": 0, "extraction_error": None,
-        "record_id": e.originator_id,
+        "record_id": e.originator_id, "emotion": None, "emotion_intensity": None,
+        "emotion_detector": None,
     }
+
+
+def emotion_values(extraction: dict[str, Any] | None) -> dict[str, Any]:
+    """The message row's emotion columns from a stored extraction (absent before issue 26)."""
+    raw = (extraction or {}).get("emotion")
+    try:
+        emotion = ExtractedEmotion.model_validate(raw) if isinstance(raw, dict) else None
+    except ValueError:
+        emotion = None
+    if emotion is None:
+        return {"emotion": None, "emotion_intensity": None, "emotion_detector": None}
+    return {"emotion": emotion.primary, "emotion_intensity": emotion.intensity_value,
+            "emotion_detector": emotion.detector}
 
 
 def _processed_values(e: MessageRecord.Processed) -> dict[str, Any]:
     return {
         "processed": True, "extractor": extractor_label(e.extractor),
         "llm_calls": int(e.llm_calls or 0), "extraction_error": e.error,
+        **emotion_values(e.extraction),
     }
 
 
@@ -164,15 +186,25 @@ class ConversationView(ReadModelView):
         v = _processed_values(e)
         curs.execute(
             "UPDATE mem_messages SET processed = %s, extractor = %s, llm_calls = %s, "
-            "extraction_error = %s WHERE record_id = %s",
+            "extraction_error = %s, emotion = %s, emotion_intensity = %s, emotion_detector = %s "
+            "WHERE record_id = %s",
             (v["processed"], v["extractor"], v["llm_calls"], v["extraction_error"],
-             e.originator_id),
+             v["emotion"], v["emotion_intensity"], v["emotion_detector"], e.originator_id),
         )
         curs.execute("DELETE FROM mem_extraction_pending WHERE record_id = %s", (e.originator_id,))
 
     @handles(MessageRecord.ExtractionDeferred)
     def _extraction_deferred(self, curs: Any, e: MessageRecord.ExtractionDeferred) -> None:
         curs.execute(_PENDING_UPSERT, _pending_row(e))
+
+    @handles(MessageRecord.Reprocessed)
+    def _reprocessed(self, curs: Any, e: MessageRecord.Reprocessed) -> None:
+        v = emotion_values(e.extraction)  # the newest reading of the message wins
+        curs.execute(
+            "UPDATE mem_messages SET emotion = %s, emotion_intensity = %s, emotion_detector = %s "
+            "WHERE record_id = %s",
+            (v["emotion"], v["emotion_intensity"], v["emotion_detector"], e.originator_id),
+        )
 
 
 class ConversationFold(BulkFold):
@@ -201,6 +233,12 @@ class ConversationFold(BulkFold):
         else:  # the same as the view's upsert
             row.update(last_deferred_at=new["last_deferred_at"], reason=new["reason"],
                        attempts=row["attempts"] + new["attempts"], deferrals=row["deferrals"] + 1)
+
+    @handles(MessageRecord.Reprocessed)
+    def _reprocessed(self, e: MessageRecord.Reprocessed) -> None:
+        row = self.messages.get(e.originator_id)
+        if row is not None:
+            row.update(emotion_values(e.extraction))
 
     def texts(self) -> list[str]:
         return [embedded_message_text(m["speaker"], m["text"]) for m in self.messages.values()]

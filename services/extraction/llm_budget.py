@@ -55,9 +55,18 @@ def extraction_fact_cap(message: str, max_facts: int) -> int:
     return max(0, min(max_facts, by_size))
 
 
+# Issue 26 (extraction/v3): the same answer carries the message's emotion
+# (``{"primary": "joy", "intensity": "high"}``, ~16 tokens with its key) and up to a couple
+# of directives (an English imperative sentence + a topic slug, ~50 tokens each).
+EMOTION_TOKENS = 24
+DIRECTIVE_TOKENS = 50
+DIRECTIVES_BUDGETED = 2
+
+
 def extraction_max_tokens(fact_cap: int) -> int:
     """Output bound of the extraction call for a message capped at ``fact_cap`` facts."""
-    return EXTRACTION_ENVELOPE_TOKENS + max(fact_cap, 1) * PER_FACT_TOKENS
+    return (EXTRACTION_ENVELOPE_TOKENS + EMOTION_TOKENS + DIRECTIVES_BUDGETED * DIRECTIVE_TOKENS
+            + max(fact_cap, 1) * PER_FACT_TOKENS)
 
 
 def rerank_max_tokens(n_items: int) -> int:

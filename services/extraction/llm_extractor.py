@@ -14,9 +14,13 @@ Why it is built this way:
   is flagged ``transient`` so the pipeline defers instead (ADR-0014). Invalid facts are
   dropped one by one, so a single bad item does not cost the whole message.
 * **Versioned prompt** — the prompt lives in ``infra/prompts/<name>_<version>.md`` and its
-  version string is reported in :attr:`LLMExtractor.info` for provenance. ``extraction/v2``
-  (default) adds retraction requests, compound sentences and self-introductions to v1,
-  which stays loadable.
+  version string is reported in :attr:`LLMExtractor.info` for provenance. ``extraction/v3``
+  (default, issue 26) adds the message's emotion and the speaker's directives to the one
+  call and keeps facts in the message's own words; v2 (retraction requests, compound
+  sentences, self-introductions) and v1 stay loadable.
+* **Post-processed** (``llm_postprocess``): what a small model gets wrong in ways that lose
+  facts — free attribute keys, UPDATEs of unrelated facts, first person — is repaired after
+  parsing, so a replayed answer benefits from a fix without a new call.
 * **Bounded output** — every call passes ``max_tokens`` sized from the schema and the
   message's fact cap (``services/extraction/llm_budget.py``); the prompt states the same cap. An
   answer cut at the bound fails like any malformed answer: empty extraction, the error
@@ -34,6 +38,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from engramdb.domain.directives import ExtractedDirective
 from engramdb.domain.extraction import (
     ExtractedEntity,
     ExtractedFact,
@@ -49,14 +54,15 @@ from engramdb.infra.prompt_files import PromptTemplate
 from engramdb.infra.prompt_files import load_prompt as _load_prompt
 from engramdb.infra.providers.errors import is_transient
 from engramdb.services.extraction.llm_budget import extraction_fact_cap, extraction_max_tokens
+from engramdb.services.extraction.llm_postprocess import parse_emotion, postprocess
 from engramdb.services.extraction.port import ExtractionOutcome
 
-DEFAULT_PROMPT_VERSION = "extraction/v2"
+DEFAULT_PROMPT_VERSION = "extraction/v3"
 CONTEXT_TOKEN_BUDGET = 800
 SCHEMA_NAME = "engramdb_extraction"
 
 # Fields of the domain models the LLM must not fill in (the pipeline sets them).
-_EXCLUDED_FIELDS = {"source_message_ids"}
+_EXCLUDED_FIELDS = {"source_message_ids", "detector"}
 # Keywords OpenAI strict mode rejects or that only add noise to the schema.
 _DROPPED_KEYWORDS = {"title", "default", "minLength", "maxLength", "examples", "description"}
 
@@ -67,7 +73,7 @@ _FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)
 
 
 def load_prompt(version: str = DEFAULT_PROMPT_VERSION) -> PromptTemplate:
-    """The extraction prompt (``infra/prompts/extraction_v2.md`` by default)."""
+    """The extraction prompt (``infra/prompts/extraction_v3.md`` by default)."""
     return _load_prompt(version)
 
 
@@ -228,10 +234,16 @@ def parse_extraction(raw: str, max_facts: int) -> tuple[Extraction, list[str]]:
     facts = items("facts", ExtractedFact)
     entities = items("entities", ExtractedEntity)
     relationships = items("relationships", ExtractedRelationship)
+    directives = items("directives", ExtractedDirective)
+    emotion = parse_emotion(data.get("emotion"), problems)
     if len(facts) > max_facts:
         problems.append(f"capped {len(facts)} facts to max_facts={max_facts}")
         facts = facts[: max(max_facts, 0)]
-    return Extraction(facts=facts, entities=entities, relationships=relationships), problems
+    extraction = Extraction(
+        emotion=emotion, facts=facts, entities=entities, relationships=relationships,
+        directives=directives,
+    )
+    return extraction, problems
 
 
 # --------------------------------------------------------------------------- extractor
@@ -245,8 +257,10 @@ class LLMExtractor:
         llm: LLMProvider,
         timeout_sec: float = 30.0,
         prompt_version: str = DEFAULT_PROMPT_VERSION,
+        repair: bool = True,
     ) -> None:
         self.llm = llm
+        self.repair = repair  # llm_postprocess; off only to measure what it changes
         self.timeout_sec = timeout_sec
         self.prompt = load_prompt(prompt_version)  # fail fast on a missing prompt file
         self.info = ExtractorInfo(
@@ -307,6 +321,8 @@ class LLMExtractor:
             return done(None, f"LLM returned {type(raw).__name__}, expected str", None, 1)
         try:
             extraction, problems = parse_extraction(raw, request.max_facts)
+            if self.repair:
+                extraction = postprocess(extraction, request, problems)
         except ValueError as exc:
             if approx_tokens(raw) >= max_tokens * 0.9:
                 exc = ValueError(f"{exc} (output probably cut at max_tokens={max_tokens})")

@@ -77,6 +77,10 @@ class FactFilter(PageParams):
     text: str | None = Field(
         None, min_length=1, max_length=500, description="fact text contains (case-insensitive)"
     )
+    category: str | None = Field(
+        None, min_length=1, max_length=40,
+        description="facts of this category; `directive`: the procedural directives (ADR-0045)",
+    )
 
     @field_validator("valid_at", "as_of")
     @classmethod
@@ -154,6 +158,11 @@ class MessageItem(BaseModel):
     extraction_error: str | None
     hidden: bool = Field(description="hidden from retrieval (retracted or forgotten)")
     metadata: dict[str, Any] = Field(default_factory=dict, description="as written with the turn")
+    emotion: str | None = Field(None, description="the emotion the extraction read (issue 26)")
+    emotion_intensity: float | None = Field(None, description="0..1 (low 0.3, medium 0.6, high 0.9)")
+    emotion_detector: str | None = Field(
+        None, description="who read it: `llm` (the extraction call) or `lexicon` (offline word list)"
+    )
 
 
 T = TypeVar("T")

@@ -136,6 +136,9 @@ def list_facts(
     if flt.text is not None:
         params["pat"] = f"%{escape_like(flt.text)}%"
         where.append("f.fact_text ILIKE %(pat)s")
+    if flt.category is not None:
+        params["category"] = flt.category
+        where.append("f.category = %(category)s")
     if flt.cursor is not None:
         params["c0"], params["c1"] = decode_cursor(flt.cursor, (datetime, str))
         where.append("(f.recorded_at, f.fact_id) > (%(c0)s, %(c1)s)")
@@ -263,7 +266,8 @@ def list_messages(
     rows = _rows(
         pool,
         "SELECT m.message_id, m.session_id, m.speaker, m.text, m.occurred_at, m.recorded_at, "
-        f"m.processed, m.extractor, m.extraction_error, m.metadata, {_HIDDEN} AS hidden "
+        f"m.processed, m.extractor, m.extraction_error, m.metadata, {_HIDDEN} AS hidden, "
+        "m.emotion, m.emotion_intensity, m.emotion_detector "
         f"FROM mem_messages m WHERE {' AND '.join(where)} "
         "ORDER BY m.occurred_at, m.message_id LIMIT %(n)s",
         params,

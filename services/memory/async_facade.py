@@ -186,11 +186,12 @@ class AsyncMemory:
         limit: int = 50,
         cursor: str | None = None,
         metadata: dict[str, Any] | None = None,
+        category: str | None = None,
     ) -> Page[FactItem]:
         return await self._read(
             self.sync.list_facts, agent_id, status=status, entity=entity, session=session,
             speaker=speaker, valid_at=valid_at, as_of=as_of, text=text, limit=limit,
-            cursor=cursor, metadata=metadata,
+            cursor=cursor, metadata=metadata, category=category,
         )
 
     async def get_fact(self, agent_id: str, fact_id: str) -> FactDetail:

@@ -65,12 +65,14 @@ class ManageMixin:
         limit: int = 50,
         cursor: str | None = None,
         metadata: dict[str, Any] | None = None,
+        category: str | None = None,
     ) -> Page[FactItem]:
         """A page of the agent's facts (active by default), oldest decision first.
-        ``metadata``: a filter on the source turns' metadata (``management/metadata_filter``)."""
+        ``metadata``: a filter on the source turns' metadata (``management/metadata_filter``);
+        ``category="directive"`` lists the procedural directives (ADR-0045)."""
         flt = FactFilter(
             status=status, entity=entity, session=session, speaker=speaker, valid_at=valid_at,
-            as_of=as_of, text=text, limit=limit, cursor=cursor,
+            as_of=as_of, text=text, limit=limit, cursor=cursor, category=category,
         )
         return queries.list_facts(self.cell(agent_id).pool, agent_id, flt, _metadata(metadata))
 

@@ -90,6 +90,9 @@ class Filters(_Section):
         "(`EmbeddingProvider.similarity_floor`)",
     )
     min_score: float = Field(default=0.15, ge=0.0, le=1.0)
+    emotions: list[Literal["neutral", "joy", "sadness", "anger", "fear", "surprise", "disgust"]] | None = Field(
+        default=None, max_length=7, description="(engramdb, issue 26) only turns whose recorded "
+        "emotion is one of these, and facts with such a turn among their sources; None = no filter")
 
 
 class Scoring(_Section):

@@ -81,6 +81,17 @@ class EntityProfile(BaseModel):
     method: str = Field("", description="who wrote it: 'template-v1' or 'llm:<prompt>'")
 
 
+class Directive(BaseModel):
+    """A procedural directive of the agent (ADR-0045): shown in the context's "Directives"
+    section whenever the agent has any, whatever the query."""
+
+    fact_id: str
+    text: str
+    topic: str = ""
+    valid_from: datetime | None = None
+    source_message_ids: list[str] = Field(default_factory=list)
+
+
 class RetrieveRequest(BaseModel):
     """One retrieve call as the HTTP and NATS surfaces accept it."""
 
@@ -124,6 +135,8 @@ class RetrieveResult(BaseModel):
     events: list[ScoredEvent] = Field(default_factory=list)
     profiles: list[EntityProfile] = Field(default_factory=list,
                                           description="with profiles_in_context: 'About' profiles")
+    directives: list[Directive] = Field(default_factory=list,
+                                        description="the agent's active directives (ADR-0045)")
     plan: RetrievalPlan = Field(default_factory=RetrievalPlan)
     total_candidates: int = 0
     duration_ms: float = 0.0
@@ -132,6 +145,7 @@ class RetrieveResult(BaseModel):
 
 
 __all__ = [
+    "Directive",
     "EntityProfile",
     "EntitySource",
     "PlanReason",

@@ -33,6 +33,8 @@ from engramdb.domain.ports import EmbeddingProvider, LLMProvider
 from engramdb.domain.time_range import check_instant
 from engramdb.infra.pgsql import vector_literal
 from engramdb.services.retrieve import (
+    directive_section,
+    emotion_filter,
     job_boosts,
     profile_section,
     signals,
@@ -197,11 +199,14 @@ class Retriever:
             trace.note(reranker=rerank_trace)
             call.reranked = rerank_trace.get("status") == "ok"
         ranked, events = job_boosts.reweight(self.pool, call, ranked, events)  # ADR-0030
+        ranked, events = emotion_filter.apply(self.pool, call, ranked, events)  # issue 26
         facts, scored_events = select(call, ranked, events)
         patterns = self._patterns(call, facts, scored_events, f_patterns)
         profiles = profile_section.profiles_for(self.pool, call, plan)
-        context = profile_section.format_with(
-            call, profiles, lambda c: format_result(c, facts, patterns, scored_events))
+        directives = directive_section.directives_for(self.pool, call)  # ADR-0045
+        shown_facts, shown_events = directive_section.without_directives(facts, scored_events, directives)
+        context = directive_section.format_with(call, directives, lambda d: profile_section.format_with(
+            d, profiles, lambda c: format_result(c, shown_facts, patterns, shown_events)))
         return RetrieveResult(
             agent_id=agent_id,
             query=q,
@@ -210,6 +215,7 @@ class Retriever:
             patterns=patterns,
             events=scored_events,
             profiles=profiles,
+            directives=directives,
             plan=plan,
             total_candidates=n_fact_candidates + len(event_rows),
             duration_ms=ms(t0),

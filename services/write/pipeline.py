@@ -34,6 +34,9 @@ Why it is shaped like this (ADR-0004):
 - **An LLM outage is not an answer** (ADR-0014): no empty extraction; ``on_outage="defer"``
   saves ``ExtractionDeferred`` (``extraction_pending``), ``"raise"`` (ingest before its last
   attempt) raises ``ExtractionUnavailable``. A later write of the message extracts it.
+
+Why this module is long: the stages share one message's record, aggregate and conflict loop;
+each stage's logic already lives in its own module (pre-retrieval, resolution, citations…).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from eventsourcing.persistence import RecordConflictError
 from engramdb.domain.aggregate import AgentMemory, MessageRecord
 from engramdb.domain.corrections import note_corrections
 from engramdb.domain.decisions import DecisionReport, MessageContext, apply_extraction
+from engramdb.domain.directive_facts import with_directive_facts
 from engramdb.domain.extraction import Extraction, ExtractionInput, ExtractorInfo
 from engramdb.domain.keys import agent_aggregate_id, message_record_id
 from engramdb.domain.ports import LLMProvider
@@ -366,6 +370,7 @@ class WritePipeline:
         half-applied events, so the fallback runs on a freshly loaded one.
         """
         notes: list[str] = []
+        extraction = with_directive_facts(extraction, record.speaker)  # ADR-0045: facts too
         try:
             outcome = self.resolver.resolve_all(memory, extraction, record.speaker, record.text, memo)
             notes.extend(outcome.errors)

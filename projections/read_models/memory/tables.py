@@ -73,6 +73,10 @@ FACTS = Table(
         # list_facts' keyset order (API, CLI, inspector) and the as-of pages (ADR-0044)
         "CREATE INDEX IF NOT EXISTS mem_facts_recorded ON mem_facts "
         "(agent_id, recorded_at, fact_id)",
+        # the context's "Directives" section reads them on every retrieve (ADR-0045): a
+        # partial index holds only directive facts, so the read is one tiny probe
+        "CREATE INDEX IF NOT EXISTS mem_facts_directives ON mem_facts (agent_id, recorded_at) "
+        "WHERE category = 'directive'",
         # keyword search: the embedded PostgreSQL has no contrib (no pg_trgm), so a language-
         # neutral ('simple') tsvector GIN index finds candidate rows by word; see ADR-0006
         "CREATE INDEX IF NOT EXISTS mem_facts_text_tsv ON mem_facts "

@@ -117,6 +117,7 @@ def list_facts(
     limit: Limit = 50,
     cursor: Cursor = None,
     as_json: Json = False,
+    category: Annotated[str | None, typer.Option(help="e.g. directive (ADR-0045)")] = None,
 ) -> None:
     """List an agent's facts (active by default), a page at a time."""
     with _user_errors():
@@ -126,6 +127,7 @@ def list_facts(
             page = memory.list_facts(
                 agent, status=status, entity=entity, session=session, speaker=speaker,
                 valid_at=when, as_of=asof, text=text, limit=limit, cursor=cursor,
+                category=category,
             )
     _show_page(page, as_json, _fact_line)
 

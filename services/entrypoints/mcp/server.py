@@ -234,6 +234,9 @@ def _add_read_tools(server: MCPServer[Any], keyring: KeyRing | None) -> None:
         cursor: Annotated[
             str | None, Field(max_length=2000, description="next_cursor of the previous page")
         ] = None,
+        category: Annotated[str | None, Field(
+            max_length=40, description="'directive': how the user asked you to behave (ADR-0045)"
+        )] = None,
     ) -> Page[FactItem]:
         """List the facts memory holds for the agent (active ones by default), a page at a
         time. Use it to show the user what is remembered, or to find a fact's id; use
@@ -242,7 +245,8 @@ def _add_read_tools(server: MCPServer[Any], keyring: KeyRing | None) -> None:
         m = _memory(ctx)
         page: Page[FactItem] = await _call(
             lambda: m.list_facts(
-                agent_id, status=status, entity=entity, text=text, limit=limit, cursor=cursor
+                agent_id, status=status, entity=entity, text=text, limit=limit, cursor=cursor,
+                category=category,
             )
         )
         return page

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import time
 
+from engramdb.domain.directives import ExtractedDirective
 from engramdb.domain.extraction import (
     ConfidenceLevel,
     ExtractedFact,
@@ -34,6 +35,8 @@ from engramdb.services.extraction.rule_based.collected import (
     mentions_of,
     relate_people,
 )
+from engramdb.services.extraction.rule_based.directives import directive_in
+from engramdb.services.extraction.rule_based.emotion import lexicon_emotion
 from engramdb.services.extraction.rule_based.grammar import (
     job_title,
     leading_name,
@@ -74,7 +77,9 @@ OFFLINE_NOTICE = (
 # Carlos…" → "Rita's brother Carlos…" (the possessor named). v4: a short preamble before a
 # colon ("Big news: I moved to…") is dropped when the clause after it is the speaker's. v5: a
 # name after a pet word ("my dog Rex", "a cat named Mia", "meu cachorro Thor") is an animal.
-RULES_VERSION = "rule-based/v5"
+# v6 (issue 26): directives ("always…", "nunca…") are not facts but directives; the
+# message's emotion from a small lexicon (``detector="lexicon"``).
+RULES_VERSION = "rule-based/v6"
 SELF_FALLBACK = "user"
 
 
@@ -118,10 +123,16 @@ class RuleBasedExtractor:
     def _extract(self, request: ExtractionInput) -> Extraction:
         self_name = (request.speaker or "").strip() or SELF_FALLBACK
         out = Collected()
+        directives: list[ExtractedDirective] = []  # ADR-0045
         forms = known_forms(request.known_entities)
         for raw_sentence in SENTENCE_SPLIT.split(request.text.strip()):
             sentence = " ".join(raw_sentence.split()).strip(" \"'“”‘’-–—")
             if not sentence:
+                continue
+            directive = directive_in(sentence)
+            if directive is not None:
+                # An instruction to the agent, not a fact about anyone (ADR-0045).
+                directives.append(directive)
                 continue
             statement = retraction_request(sentence)
             if statement is not None:
@@ -141,6 +152,8 @@ class RuleBasedExtractor:
                     out.add(fact, clause)
         facts = merge_negations(out.facts, out.sources)
         return Extraction(
+            emotion=lexicon_emotion(request.text),
+            directives=directives,
             facts=facts[: max(request.max_facts, 0)],
             entities=list(out.entities.values()),
             relationships=list(out.relationships.values()),
