@@ -29,7 +29,9 @@ from engramdb.services.retrieve.config import RetrieveConfig
 # the spec's score formula (docs/spec.md §3.3), which these worked examples pin; the default ranking
 # (reciprocal-rank fusion, ADR-0009) has its own tests in tests/integration/test_retrieve_fusion.py
 FORMULA = {"ranking": "formula"}
-SPEC_FORMULA = RetrieveConfig(ranking="formula")
+# the seed's reranker is on; engramdb's default is off (opt-in, ADR-0045): these pin it
+SPEC_FORMULA = RetrieveConfig(ranking="formula", enable_reranker=True)
+RERANK_ON = RetrieveConfig(enable_reranker=True)
 
 
 def ids(result: RetrieveResult) -> list[str]:
@@ -88,7 +90,7 @@ def test_vertix_found_through_links_across_entities(retriever: Retriever, store:
 def test_bruno_football_vetoed_returns_nothing(store: Store, agent_id: str) -> None:
     load_worked_examples(store, agent_id)
     llm = judge({}, default=0.0)  # nothing in memory is about football
-    with Retriever(store.pool, EMBEDDER, llm=llm) as r:
+    with Retriever(store.pool, EMBEDDER, llm=llm, config=RERANK_ON) as r:
         result = r.retrieve(agent_id, "Qual o time de futebol do Bruno Almeida?")
         without = r.retrieve(agent_id, "Qual o time de futebol do Bruno Almeida?", config_overrides={"enable_reranker": False})
     assert result.facts == [] and result.events == [] and result.context == ""
@@ -113,7 +115,7 @@ class CountingPool:
 def test_greeting_skips_without_database(store: Store, agent_id: str, greeting: str) -> None:
     counting = CountingPool(store.pool)
     llm = ScriptedLLM({})
-    with Retriever(counting, EMBEDDER, llm=llm) as r:
+    with Retriever(counting, EMBEDDER, llm=llm, config=RERANK_ON) as r:
         result = r.retrieve(agent_id, greeting)
         assert result.plan.strategy == "skip" and result.plan.reason == "greeting"
         assert result.facts == [] and result.context == "" and counting.checkouts == 0 and llm.calls == []
@@ -191,7 +193,7 @@ def test_reranker_failure_and_timeout_keep_original_order(store: Store, agent_id
         return "{}"
 
     for llm, status in ((ScriptedLLM(broken), "error"), (ScriptedLLM(slow), "timeout"), (ScriptedLLM(lambda m: "not json"), "error")):
-        with Retriever(store.pool, EMBEDDER, llm=llm) as r:
+        with Retriever(store.pool, EMBEDDER, llm=llm, config=RERANK_ON) as r:
             start = time.perf_counter()
             result = r.retrieve(agent_id, query, config_overrides={"reranker_timeout_sec": 0.3})
             assert time.perf_counter() - start < 2.0

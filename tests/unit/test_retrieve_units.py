@@ -98,7 +98,7 @@ def test_config_overrides() -> None:
     assert base.scoring.score_weights == {"semantic": 0.70, "recency": 0.20, "importance": 0.10}
     assert (base.scoring.recency_half_life_days, base.spreading.spreading_activation_hops, base.spreading.spreading_decay_factor) == (14, 2, 0.5)
     assert (base.spreading.spreading_facts_per_entity, base.spreading.spreading_max_related_entities) == (3, 5)
-    assert (base.rerank.enable_reranker, base.rerank.reranker_weight, base.rerank.min_reranker_score, base.rerank.reranker_timeout_sec) == (True, 0.7, 0.1, 5.0)
+    assert (base.rerank.enable_reranker, base.rerank.reranker_weight, base.rerank.min_reranker_score, base.rerank.reranker_timeout_sec) == (False, 0.7, 0.1, 5.0)
     assert (base.filters.min_score, base.context.context_max_tokens, base.context.hot_tier_ratio, base.context.warm_tier_ratio) == (0.15, 2000, 0.5, 0.3)
     cfg = base.with_overrides({"topk_facts": 3, "score_weights": {"recency": 0.0}})
     assert cfg.sizes.topk_facts == 3 and cfg.scoring.score_weights == {"semantic": 0.7, "recency": 0.0, "importance": 0.1}
