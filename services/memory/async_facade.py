@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, TypeVar
@@ -202,8 +202,10 @@ class AsyncMemory:
     ) -> Page[EntityItem]:
         return await self._read(self.sync.list_entities, agent_id, limit=limit, cursor=cursor)
 
-    async def list_agents(self, *, limit: int = 50, cursor: str | None = None) -> Page[AgentItem]:
-        return await self._read(self.sync.list_agents, limit=limit, cursor=cursor)
+    async def list_agents(
+        self, *, limit: int = 50, cursor: str | None = None, agents: Sequence[str] | None = None
+    ) -> Page[AgentItem]:
+        return await self._read(self.sync.list_agents, limit=limit, cursor=cursor, agents=agents)
 
     async def list_messages(
         self,
