@@ -74,6 +74,8 @@ def _routes(agent: str) -> list[tuple[str, str, Any]]:
         ("POST", f"{base}/reprocess", None),
         ("POST", f"{base}/forget", {"actor": "walk"}),
         ("POST", f"{base}/erase", {"actor": "walk"}),
+        ("POST", "/v1/facts", {"agent_id": agent, "facts": [{"subject": "Alice", "text": "Alice likes tea."}]}),
+        ("POST", "/v1/webhooks", {"url": "http://hooks.example/alice", "agent_id": agent}),
     ]
 
 
@@ -98,6 +100,7 @@ def test_the_walk_covers_every_route() -> None:
               for m, p, _ in _routes(ALICE)} | {("GET", "/v1/agents"), ("GET", "/v1/ping/")}
     walked |= {(m, p.replace("MID", "{memory_id}").split("?")[0])
                for m, p, _ in _mem0_routes(ALICE, "MID")}
+    walked |= {("GET", "/v1/webhooks"), ("DELETE", "/v1/webhooks/{webhook_id}")}  # walked below
     paths3 = {(m.upper(), p) for p, ops in paths.items() if p.startswith("/v3/") for m in ops}
     assert routes | paths3 == walked
 
@@ -135,6 +138,30 @@ async def test_no_key_of_tenant_y_reaches_tenant_x(memory: Memory) -> None:
     ]
     assert memory.list_facts(ALICE).items
     assert [f.fact_id for f in memory.list_facts(ALICE_MEM0).items] == [alice_fact]
+
+
+async def test_a_tenants_admin_sees_and_deletes_only_its_webhooks(memory: Memory) -> None:
+    """Webhooks carry an agent's changes out: a tenant-y admin may not register one for
+    tenant-x, list tenant-x's, or delete them (a 404, as for an id that does not exist)."""
+    app = secure(create_app(memory), RING)
+    x_admin = {"Authorization": f"Bearer {KEYS[('x', 'admin')]}"}
+    y_admin = {"Authorization": f"Bearer {KEYS[('y', 'admin')]}"}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://localhost") as client:
+        made = await client.post("/v1/webhooks", json={"url": "http://hooks.example/x",
+                                                       "agent_prefix": TENANTS["x"]}, headers=x_admin)
+        assert made.status_code == 200, made.text
+        hook_id = made.json()["webhook_id"]
+        wide = await client.post("/v1/webhooks", json={"url": "http://hooks.example/all",
+                                                       "agent_prefix": "tenant-"}, headers=y_admin)
+        assert wide.status_code == 403  # a prefix wider than its tenant
+        listed = await client.get("/v1/webhooks", headers=y_admin)
+        assert listed.status_code == 200 and hook_id not in listed.text
+        gone = await client.delete(f"/v1/webhooks/{hook_id}", headers=y_admin)
+        assert gone.status_code == 404
+        mine = await client.get("/v1/webhooks", headers=x_admin)
+        assert hook_id in mine.text
+        assert (await client.delete(f"/v1/webhooks/{hook_id}", headers=x_admin)).status_code == 200
 
 
 def test_list_agents_patterns_page_exactly(memory: Memory) -> None:

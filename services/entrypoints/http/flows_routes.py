@@ -19,7 +19,7 @@ from engramdb.services.management.webhooks import Webhook, WebhookRefused
 from engramdb.services.write.client_facts import AddFactsRequest, InvalidClientFacts
 from engramdb.services.write.models import WriteResult
 
-router = APIRouter()
+router = APIRouter(tags=["flows"])
 
 
 def _loc(field: str) -> list[str | int]:
@@ -58,10 +58,23 @@ class WebhookIn(BaseModel):
     max_attempts: int = Field(default=8, ge=1, le=50)
 
 
+def _covers(grant: Grant, hook: Webhook | WebhookIn) -> bool:
+    """Whether an admin key may see or manage a webhook: it covers the hook's agent, or
+    every agent its prefix can name (issue 28's rule: a tenant's key stays in its tenant)."""
+    if hook.agent_id is not None:
+        return grant.allows("admin", hook.agent_id)
+    prefix = hook.agent_prefix or ""
+    return "admin" in grant.scopes and any(
+        p == "*" or (p.endswith("*") and prefix.startswith(p[:-1])) for p in grant.agents
+    )
+
+
 @router.post("/v1/webhooks", response_model=Webhook, responses={422: {"model": ErrorBody}, **AUTH_ERRORS},
              summary="Register a URL for an agent's (or a prefix's) changes; the answer holds the secret")
 async def add_webhook(body: WebhookIn, http: Request,
                       grant: Annotated[Grant, Depends(require("admin"))]) -> Any:
+    if not _covers(grant, body):
+        raise HTTPException(status_code=403, detail="this API key does not cover those agents")
     memory = http.app.state.memory
     try:
         hook = await anyio.to_thread.run_sync(lambda: memory.add_webhook(
@@ -77,13 +90,17 @@ async def add_webhook(body: WebhookIn, http: Request,
 @router.get("/v1/webhooks", response_model=list[Webhook], responses={**AUTH_ERRORS},
             summary="The registered webhooks (without their secrets)")
 async def list_webhooks(http: Request, grant: Annotated[Grant, Depends(require("admin"))]) -> Any:
-    return plain(await anyio.to_thread.run_sync(http.app.state.memory.list_webhooks))
+    hooks = await anyio.to_thread.run_sync(http.app.state.memory.list_webhooks)
+    return plain([h for h in hooks if _covers(grant, h)])
 
 
 @router.delete("/v1/webhooks/{webhook_id}", responses={404: {"description": "no such webhook"}, **AUTH_ERRORS},
                summary="Stop delivering to a webhook")
 async def delete_webhook(webhook_id: str, http: Request,
                          grant: Annotated[Grant, Depends(require("admin"))]) -> Any:
-    if not await anyio.to_thread.run_sync(lambda: http.app.state.memory.delete_webhook(webhook_id)):
+    memory = http.app.state.memory
+    hooks = await anyio.to_thread.run_sync(memory.list_webhooks)
+    mine = any(h.webhook_id == webhook_id and _covers(grant, h) for h in hooks)
+    if not mine or not await anyio.to_thread.run_sync(lambda: memory.delete_webhook(webhook_id)):
         raise HTTPException(status_code=404, detail=f"no webhook {webhook_id!r:.80}")
     return {"deleted": webhook_id}
