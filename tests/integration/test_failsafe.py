@@ -84,7 +84,10 @@ def test_extraction_failure_records_message_with_empty_extraction(
     assert result.extraction_error and error_part in result.extraction_error
     assert [d.kind for d in result.decisions if d.kind in ("ADD", "UPDATE")] == []
     done = processed_event(app, agent_id, "m1")
-    assert error_part in done.error and done.extraction == {"facts": [], "entities": [], "relationships": []}
+    assert error_part in done.error
+    # an empty extraction: nothing in any part (directives and emotion joined them, ADR-0045)
+    assert set(done.extraction) >= {"facts", "entities", "relationships"}
+    assert not any(done.extraction.values()), done.extraction
     assert (done.raw_output == "{this is not json") if raw_kept else done.raw_output is None
     assert app.message_record(agent_id, "m1").text == text
 
