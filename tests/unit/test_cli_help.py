@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -68,6 +69,23 @@ def test_misspelled_setting_is_named_with_the_right_one() -> None:
         "ENGRAMDB_DATABASE_URL?); it is ignored",
         "warning: ENGRAMDB_ZZZ is not an engramdb setting; it is ignored",
     ]
+
+
+def test_harness_knobs_draw_no_warning() -> None:
+    """CI exports ENGRAMDB_TEST_* to every command; a warning there broke 15 tests' stderr."""
+    assert unknown_variables({"ENGRAMDB_TEST_REQUIRE_BROWSER": "1", "ENGRAMDB_BENCH_X": "1"}) == []
+
+
+def test_every_variable_the_repository_reads_is_known() -> None:
+    """A name read with os.environ/getenv anywhere (code, tests, bench, CI) must not warn."""
+    read = re.compile(r"""(?:environ(?:\.get)?[\[(]|getenv\(|export )['"]?(ENGRAMDB_[A-Z0-9_]+)""")
+    names: set[str] = set()
+    for folder in ("domain", "projections", "services", "infra", "tests", "bench", ".ci"):
+        for path in (ROOT / folder).rglob("*"):
+            if path.is_file() and (path.suffix == ".py" or path.parent.name == ".ci"):
+                names.update(read.findall(path.read_text(encoding="utf-8")))
+    assert names, "the scan found nothing: its pattern is broken"
+    assert unknown_variables(dict.fromkeys(names, "1")) == []
 
 
 def test_the_warning_reaches_stderr_of_a_real_command(tmp_path: Path) -> None:

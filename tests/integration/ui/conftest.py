@@ -30,19 +30,19 @@ from tests.support.live_http import serving
 READ_KEY = "read-" + uuid.uuid4().hex
 ADMIN_KEY = "admin-" + uuid.uuid4().hex
 INSTALL_HINT = "install Debian's chromium: apt-get install chromium"
-# The README's screenshots are refreshed only when asked (ENGRAMDB_UI_SCREENSHOTS=1): every
+# The README's screenshots are refreshed only when asked (ENGRAMDB_TEST_UI_SCREENSHOTS=1): every
 # run renders new times into the pages, and a test run must not dirty the checkout. Otherwise
 # the same screenshots are taken into a throwaway directory (the capture is still exercised).
 SHOTS = (
     Path(__file__).resolve().parents[3] / "docs" / "img"
-    if os.environ.get("ENGRAMDB_UI_SCREENSHOTS") == "1"
+    if os.environ.get("ENGRAMDB_TEST_UI_SCREENSHOTS") == "1"
     else Path(tempfile.gettempdir()) / "engramdb-ui-screenshots"
 )
 
 
 def chromium_path() -> str | None:
-    """``ENGRAMDB_CHROMIUM`` if set (an executable path), else Debian's chromium on PATH."""
-    explicit = os.environ.get("ENGRAMDB_CHROMIUM")
+    """``ENGRAMDB_TEST_CHROMIUM`` if set (an executable path), else Debian's chromium on PATH."""
+    explicit = os.environ.get("ENGRAMDB_TEST_CHROMIUM")
     if explicit:
         return explicit if os.access(explicit, os.X_OK) else None
     for name in ("chromium", "chromium-browser"):
@@ -95,10 +95,10 @@ def keyed_server(ui_memory: Memory) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     """Headless Debian chromium through Playwright; skipped with how to install it when
-    missing — a failure instead where ``ENGRAMDB_REQUIRE_BROWSER=1`` (CI). Module-scoped:
+    missing — a failure instead where ``ENGRAMDB_TEST_REQUIRE_BROWSER=1`` (CI). Module-scoped:
     Playwright's sync API holds an event loop on this thread while it runs, which the async
     tests of later modules (pytest-asyncio's session loop) must not meet."""
-    required = os.environ.get("ENGRAMDB_REQUIRE_BROWSER") == "1"
+    required = os.environ.get("ENGRAMDB_TEST_REQUIRE_BROWSER") == "1"
     executable = chromium_path()
     try:
         from playwright.sync_api import sync_playwright
@@ -135,7 +135,7 @@ def page(browser: Any) -> Iterator[Any]:
 
 
 def shot(page: Any, name: str) -> None:
-    """Save a screenshot of the page (into docs/img with ENGRAMDB_UI_SCREENSHOTS=1: the
+    """Save a screenshot of the page (into docs/img with ENGRAMDB_TEST_UI_SCREENSHOTS=1: the
     README shows them)."""
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / f"ui-{name}.png"), full_page=False)
