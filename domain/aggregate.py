@@ -36,6 +36,7 @@ from eventsourcing.utils import register_topic
 
 from engramdb.domain.erasure import AgentErasedError
 from engramdb.domain.errors import DecisionRejected
+from engramdb.domain.extraction import STORED_ONLY_EXTRACTORS
 from engramdb.domain.keys import agent_aggregate_id, fact_fingerprint, match_key, message_record_id
 from engramdb.domain.payloads import FactPayload, check_sources, upcast_single_source
 
@@ -560,6 +561,14 @@ class MessageRecord(Aggregate):
     ) -> None:
         self.processed = True
         self.extraction = extraction
+        self.extractor_name = extractor.get("extractor")
+
+    @property
+    def stored_only(self) -> bool:
+        """Written with ``infer=False`` (ADR-0049): the caller asked for no extraction, so a
+        reprocess must not extract it either. ``"none"`` is the name issue 24's first
+        record-only path stored."""
+        return getattr(self, "extractor_name", None) in STORED_ONLY_EXTRACTORS
 
     @property
     def generation(self) -> int:
@@ -598,6 +607,7 @@ class MessageRecord(Aggregate):
     ) -> None:
         self.reprocessings = generation
         self.extraction = extraction
+        self.extractor_name = extractor.get("extractor")
 
 
 # Topics of events stored before ADR-0007 name the module ``domain.aggregate``; eventsourcing

@@ -111,6 +111,13 @@ class ExtractionInput(BaseModel):
     max_facts: int = 100
 
 
+#: ``ExtractorInfo.extractor`` of a turn stored without inference (``infer=False``, ADR-0049).
+STORED_ONLY = "none (infer=False)"
+#: every name a stored-only turn's ``Processed`` carries: ``"none"`` is what issue 24's first
+#: record-only path wrote, before the one path of ADR-0049
+STORED_ONLY_EXTRACTORS = frozenset({STORED_ONLY, "none"})
+
+
 class ExtractorInfo(BaseModel):
     """Who decided: recorded as provenance on every fact event."""
 

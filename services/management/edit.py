@@ -1,5 +1,7 @@
-"""Two changes a caller asks for directly, as events like every other change (issue 24):
-rewrite a fact's text, and record a message without extracting from it.
+"""A change a caller asks for directly, as an event like every other change (issue 24):
+rewrite a fact's text. (Recording a message without extraction, Mem0's ``add(infer=False)``,
+is the write pipeline's own ``infer=False`` path, ``WritePipeline._store_only``: one path for
+every surface, ADR-0049.)
 
 Why an edit is a ``FactUpdated`` and not a changed row: the log is the source of truth and is
 never edited (ADR-0016). A person (or a Mem0 client's ``update``) rewriting "Ana lives in
@@ -8,31 +10,18 @@ supersedes the old one — decided by a user instead of an extractor. The new fa
 one's subject, attribute, category and sources (the turns it rests on did not change; the
 correction is the user's, named in ``decided_by``), so history, as-of and retrieval treat it
 as any supersession.
-
-Why "record only" is one commit of ``Recorded`` + ``Processed``: Mem0's ``add(infer=False)``
-stores the turn and decides nothing. Saving the record already completed with an empty
-extraction (extractor ``none``) means no worker or retrier ever picks it up later, and the
-agent's ``Opened`` (for a new agent) lands in the same transaction: never half-recorded.
 """
 
 from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Any
-
-from eventsourcing.persistence import RecordConflictError
 
 from engramdb.domain.aggregate import AgentMemory
-from engramdb.domain.extraction import Extraction
 from engramdb.domain.payloads import FactPayload
 from engramdb.services.management.commands import USER_REQUEST, _command
 from engramdb.services.management.models import NotActiveError, NotFoundError, UpdateResult
-from engramdb.services.write.messages import ConversationMessage, MessageIdConflict
-from engramdb.services.write.models import WriteResult
 from engramdb.services.write.pipeline import WritePipeline
-
-NO_EXTRACTION = {"extractor": "none", "reason": "recorded without extraction (infer=False)"}
 
 
 def _payload_of(pipeline: WritePipeline, agent_id: str, fact_id: str) -> FactPayload:
@@ -71,33 +60,4 @@ def update_fact_text(
     position, new_id = _command(pipeline, agent_id, act)
     return UpdateResult(
         agent_id=agent_id, fact_id=fact_id, new_fact_id=str(new_id), text=text, position=position
-    )
-
-
-def record_only(pipeline: WritePipeline, request: ConversationMessage) -> WriteResult:
-    """Record ``request`` as processed with no decisions (idempotent on its message id)."""
-    app = pipeline.app
-    with pipeline.agent_lock(request.agent_id):
-        existing = app.message_record(request.agent_id, request.message_id)
-        if existing is not None:
-            if existing.text != request.text:
-                raise MessageIdConflict(request.agent_id, request.message_id)
-            return pipeline._duplicate_result(request)
-        memory = app.agent_memory(request.agent_id)
-        record = pipeline._new_record(request)
-        record.complete(
-            extractor=dict(NO_EXTRACTION), extraction=Extraction().model_dump(mode="json"),
-            raw_output=None, error=None, llm_calls=0, decisions={},
-        )
-        try:
-            recordings: Any = pipeline.commits.save(memory, record)
-        except RecordConflictError:  # another writer recorded it meanwhile
-            app.forget_cached(memory.id, record.id)
-            return pipeline._duplicate_result(request)
-        except BaseException:
-            app.forget_cached(memory.id, record.id)
-            raise
-    return WriteResult(
-        agent_id=request.agent_id, message_id=request.message_id,
-        position=recordings[-1].notification.id if recordings else 0,
     )

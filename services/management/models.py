@@ -257,6 +257,9 @@ class ReprocessOutcome(BaseModel):
     decisions: dict[str, int] = Field(default_factory=dict, description="the new decisions, by kind")
     extraction_error: str | None = None
     llm_unavailable: bool = Field(default=False, description="LLM outage: nothing was changed")
+    stored_only: bool = Field(
+        default=False, description="written with infer=False: not extracted, nothing changed"
+    )
 
 
 class ReprocessResult(BaseModel):
@@ -264,6 +267,9 @@ class ReprocessResult(BaseModel):
     messages: list[ReprocessOutcome] = Field(default_factory=list)
     skipped: list[str] = Field(
         default_factory=list, description="not processed yet (pending: use --failed)"
+    )
+    stored_only: list[str] = Field(
+        default_factory=list, description="written with infer=False: never extracted (ADR-0049)"
     )
     position: int = Field(default=0, description="notification id to wait for (read-your-writes)")
 

@@ -14,6 +14,9 @@ Why it works this way:
 - **Recorded order.** ``--agent`` alone reprocesses the agent's processed messages in
   recorded (``occurred_at``) order, each against the memory the previous ones left.
 - Replay and rebuild read the new events: they never call the LLM.
+- **A turn stored with ``infer=False`` stays unextracted** (ADR-0049): the caller decided no
+  extraction for it, and a better model does not change that decision. Its outcome (one
+  message) or the result's ``stored_only`` list (``--agent``) says so.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from psycopg_pool import ConnectionPool
 
 from engramdb.domain.aggregate import REPROCESSED, AgentMemory
 from engramdb.domain.decisions import MessageContext
+from engramdb.domain.extraction import STORED_ONLY_EXTRACTORS
 from engramdb.domain.fold import fold_facts
 from engramdb.domain.keys import agent_aggregate_id, message_record_id
 from engramdb.services.management import queries
@@ -70,6 +74,9 @@ def reprocess_message(pipeline: WritePipeline, agent_id: str, message_id: str) -
                     f"message {message_id!r} is not processed yet; pending extractions are "
                     "re-extracted by `engramdb reprocess --failed` (or the serve retrier)"
                 )
+            if record.stored_only:  # infer=False: the caller asked for no extraction
+                return ReprocessOutcome(message_id=message_id, generation=record.generation,
+                                        stored_only=True), 0
             memory = app.agent_memory(agent_id)
             generation = record.generation + 1
             ended = _owned_active_facts(pipeline, memory, message_id)
@@ -137,7 +144,12 @@ def reprocess(
         while True:
             page = queries.list_messages(pool, agent_id, MessageFilter(limit=500, cursor=cursor))
             for item in page.items:
-                (ids if item.processed else result.skipped).append(item.message_id)
+                if not item.processed:
+                    result.skipped.append(item.message_id)
+                elif item.extractor in STORED_ONLY_EXTRACTORS:
+                    result.stored_only.append(item.message_id)
+                else:
+                    ids.append(item.message_id)
             cursor = page.next_cursor
             if not cursor:
                 break

@@ -11,10 +11,9 @@ from datetime import datetime
 from typing import Any
 
 from engramdb.domain.agent_id import check_agent_id
-from engramdb.services.management.edit import record_only, update_fact_text
+from engramdb.services.management.edit import update_fact_text
 from engramdb.services.management.models import UpdateResult, check_actor
 from engramdb.services.memory.cell import Cell
-from engramdb.services.write.messages import ConversationMessage
 from engramdb.services.write.models import WriteResult
 
 
@@ -46,11 +45,8 @@ class EditMixin:
         metadata: dict[str, Any] | None = None,
     ) -> WriteResult:
         """Record one message and decide nothing (no extraction, no LLM call): it is listed
-        and retrievable as a conversation turn; idempotent on ``message_id``."""
-        fields: dict[str, Any] = {"agent_id": agent_id, "text": text}
-        for key, value in (("speaker", speaker), ("session_id", session_id),
-                           ("occurred_at", occurred_at), ("message_id", message_id),
-                           ("metadata", metadata)):
-            if value is not None:
-                fields[key] = value
-        return record_only(self.cell(agent_id).pipeline, ConversationMessage(**fields))
+        and retrievable as a conversation turn; idempotent on ``message_id``. The same as
+        ``write(..., infer=False)`` (one path, ADR-0049), kept for the Mem0 surface."""
+        return self.write(agent_id, text, speaker=speaker, session_id=session_id,  # type: ignore[attr-defined,no-any-return]
+                          occurred_at=occurred_at, message_id=message_id, metadata=metadata,
+                          infer=False)

@@ -8,10 +8,7 @@ export read the provenance from there. No LLM call, no decision.
 
 from __future__ import annotations
 
-from engramdb.domain.extraction import Extraction, ExtractorInfo
-
-#: ``ExtractorInfo.extractor`` of a turn stored without inference.
-STORED_ONLY = "none (infer=False)"
+from engramdb.domain.extraction import STORED_ONLY, Extraction, ExtractorInfo
 
 #: The ``_extract`` tuple of a turn stored without inference: (extraction, error, raw output,
 #: LLM calls, extractor info, transient).

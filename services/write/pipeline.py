@@ -191,6 +191,9 @@ class WritePipeline:
         """
         if not requests:
             return []
+        if not all(r.infer for r in requests):  # a stored-only turn is recorded in one commit
+            inferred = iter(self.record_many([r for r in requests if r.infer]))
+            return [next(inferred) if r.infer else None for r in requests]
         records = [self._new_record(r) for r in requests]
         try:
             self.commits.save(*records)
@@ -224,6 +227,30 @@ class WritePipeline:
         if existing.processed:
             raise _Duplicate
         return existing, True
+
+    def _store_only(self, request: ConversationMessage) -> WriteResult:
+        """``infer=False`` (ADR-0049): ``Recorded`` + an empty ``Processed`` in ONE commit, so
+        no crash can leave a stored-only turn pending, where a retrier would extract it."""
+        existing = self.app.message_record(request.agent_id, request.message_id)
+        if existing is not None:
+            if existing.text != request.text:
+                raise MessageIdConflict(request.agent_id, request.message_id)
+            return self._duplicate_result(request)
+        memory = self.app.agent_memory(request.agent_id)
+        record = self._new_record(request)
+        extraction, _error, _raw, _calls, info, _transient = NOT_INFERRED
+        record.complete(extractor=info.model_dump(), extraction=extraction.model_dump(mode="json"),
+                        raw_output=None, error=None, llm_calls=0, decisions={})
+        try:
+            recordings: Any = self.commits.save(memory, record)
+        except RecordConflictError:  # another writer recorded it meanwhile
+            self.app.forget_cached(memory.id, record.id)
+            return self._duplicate_result(request)
+        except BaseException:
+            self.app.forget_cached(memory.id, record.id)
+            raise
+        position = recordings[-1].notification.id if recordings else 0
+        return WriteResult(agent_id=request.agent_id, message_id=request.message_id, position=position)
 
     def _extraction_input(self, record: MessageRecord, memory: AgentMemory) -> ExtractionInput:
         """Stage 2: alias lookup + pre-retrieval (projections, else the aggregate)."""
@@ -286,6 +313,8 @@ class WritePipeline:
         blocked: str | None = None,
     ) -> WriteResult:
         """``blocked``: why an older deferred message blocks this one (``deferred_order``)."""
+        if not request.infer and recorded is None:
+            return self._store_only(request)
         if (
             recorded is not None
             and (recorded.agent_id, recorded.message_id) == (request.agent_id, request.message_id)

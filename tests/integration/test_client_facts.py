@@ -142,3 +142,52 @@ def test_bad_facts_are_refused_whole(memory: Memory, agent_id: str, facts: list[
         memory.add_facts(agent_id, facts)
     assert refused.value.field == field and why in refused.value.reason
     assert _head(memory) == head  # nothing half-recorded
+
+
+def test_a_stored_only_turn_is_one_commit_and_reprocess_leaves_it_unextracted(
+    memory: Memory, agent_id: str
+) -> None:
+    """One path for infer=False (the facade, ``record_message`` and a NATS batch): ``Recorded``
+    and ``Processed`` land together, so no crash can leave it pending for a retrier to extract;
+    and a reprocess (a better model) does not extract what the caller said not to."""
+    head = _head(memory)
+    memory.write(agent_id, "I live in Recife.", speaker="Ana", message_id="m1", infer=False)
+    memory.record_message(agent_id, "I work at Vertix.", speaker="Ana", message_id="m2")
+    memory.write(agent_id, "I like sushi.", speaker="Ana", message_id="m3")
+    memory.wait_for_projections()
+    messages = {m.message_id: m for m in memory.list_messages(agent_id).items}
+    assert messages["m1"].extractor == messages["m2"].extractor == "none (infer=False)"
+    # m1, m2: each one commit of Recorded + Processed; never a pending record
+    assert memory.pending_count(agent_id) == 0
+    before = CountingExtractor.calls
+    one = memory.reprocess(agent_id, "m1")
+    assert one.messages[0].stored_only and one.messages[0].decisions == {}
+    everything = memory.reprocess(agent_id)
+    assert everything.stored_only == ["m1", "m2"]
+    assert [o.message_id for o in everything.messages] == ["m3"]
+    assert CountingExtractor.calls == before + 1  # m3 alone was extracted again
+    assert _head(memory) > head
+
+
+def test_a_batch_with_stored_only_turns_records_them_in_one_commit(
+    fresh_schema: Any, agent_id: str
+) -> None:
+    """The NATS ingest records a fetched batch first (``record_many``); a stored-only turn in it
+    is left to ``write``, which stores it whole — so after the batch's stage 1 alone (a crash
+    there) the infer=False turn is not half-recorded."""
+    from engramdb.services.write.messages import ConversationMessage
+
+    _schema, env = fresh_schema("cfbatch")
+    with Memory.open(env=env, embedder=HashEmbedder(384), llm=None, extractor=CountingExtractor(),
+                     quiet=True) as mem:
+        pipeline = mem.cell(agent_id).pipeline
+        batch = [ConversationMessage(agent_id=agent_id, text="I like tea.", message_id="b1"),
+                 ConversationMessage(agent_id=agent_id, text="Just a note.", message_id="b2",
+                                     infer=False)]
+        recorded = pipeline.record_many(batch)
+        assert recorded[0] is not None and recorded[1] is None
+        assert mem.app.message_record(agent_id, "b2") is None  # nothing half-done to resume
+        results = [pipeline.write(r, recorded=rec) for r, rec in zip(batch, recorded, strict=True)]
+        assert not any(r.duplicate for r in results)
+        stored = mem.app.message_record(agent_id, "b2")
+        assert stored is not None and stored.processed and stored.stored_only
