@@ -20,6 +20,12 @@ answer benefits from the repair without a new LLM call.
 * **First person.** "I", "me", "user" as a fact's subject, or a fact text starting "I …" /
   "My …", when the speaker's name is known: the name is written in, as the prompt asks,
   so the fact is self-contained (and carries the name the questions use).
+* **Copied context.** The known-facts context shows lines like ``[f_…] (person:melanie) …``;
+  the 1.5B model copied the key as a name (``"entity": "person:melanie"``, which became the
+  entity ``person:person-melanie``) and the whole line as a target id (so a correct UPDATE
+  was rejected as "not an active fact" and added as a duplicate). A name shaped
+  ``<entity type>:<slug>`` is read back as the slug's name, and a target that holds exactly
+  one shown fact id is that id.
 * **Missed directives and emotion** (issue 26). A 1.5B model misses most directives; when it
   gives none, the offline rules' directives (``rule_based.directives``, the user's words) are
   used, and a fact that merely restates one is dropped. An answer without an emotion gets the
@@ -108,6 +114,28 @@ def parse_emotion(value: Any, problems: list[str]) -> ExtractedEmotion | None:
         return None
 
 
+_KEY_SHAPED = re.compile(r"^\s*([a-z_]{2,40}):([a-z0-9][a-z0-9-]*)\s*$")
+_FACT_ID = re.compile(r"\bf_[0-9a-f]{20}\b")
+_ENTITY_TYPES = frozenset({"person", "place", "organization", "thing", "event", "animal",
+                           "pet", "object", "location", "group", "self"})
+
+
+def _name(value: str, types: frozenset[str]) -> str:
+    """``person:melanie`` (a key the model copied from the context) → ``melanie``."""
+    match = _KEY_SHAPED.match(value)
+    if match is None or match.group(1) not in types:
+        return value
+    return match.group(2).replace("-", " ")
+
+
+def _target(target: str | None, known: dict[str, str | None]) -> str | None:
+    """A target the model copied with its context line: the one shown fact id inside it."""
+    if target is None or target in known:
+        return target
+    ids = {i for i in _FACT_ID.findall(target) if i in known}
+    return ids.pop() if len(ids) == 1 else target
+
+
 def _first_person(text: str, speaker: str) -> str:
     match = _LEADING_I.match(text)
     if not match:
@@ -126,9 +154,19 @@ def _first_person(text: str, speaker: str) -> str:
 
 
 def _repair_fact(
-    fact: ExtractedFact, known: dict[str, str | None], speaker: str | None, notes: list[str]
+    fact: ExtractedFact, known: dict[str, str | None], speaker: str | None, notes: list[str],
+    types: frozenset[str] = _ENTITY_TYPES,
 ) -> ExtractedFact:
     update: dict[str, Any] = {}
+    entity, mentions = _name(fact.entity, types), [_name(m, types) for m in fact.mentions]
+    if entity != fact.entity or mentions != fact.mentions:
+        update.update(entity=entity, mentions=mentions)
+        fact = fact.model_copy(update=update)
+    target = _target(fact.target_fact_id, known)
+    if target != fact.target_fact_id:
+        notes.append(f"target {fact.target_fact_id!r:.60} read as {target!r}")
+        update["target_fact_id"] = target
+        fact = fact.model_copy(update=update)
     key = attribute(fact.attribute_key, fact.text)
     if key != fact.attribute_key:
         update["attribute_key"] = key
@@ -168,8 +206,9 @@ def _backstop_directives(
 def postprocess(extraction: Extraction, request: ExtractionInput, problems: list[str]) -> Extraction:
     """``extraction`` with the repairs above applied; notes appended to ``problems``."""
     known = {f.fact_id: attribute(f.attribute_key) for f in request.known_facts}
+    types = _ENTITY_TYPES | {f.entity_key.partition(":")[0] for f in request.known_facts}
     speaker = (request.speaker or "").strip() or None
-    facts = [_repair_fact(f, known, speaker, problems) for f in extraction.facts]
+    facts = [_repair_fact(f, known, speaker, problems, types) for f in extraction.facts]
     directives, sentences = _backstop_directives(extraction, request.text, problems)
     directive_texts = {fold(d.text) for d in directives}
 
@@ -180,11 +219,12 @@ def postprocess(extraction: Extraction, request: ExtractionInput, problems: list
     kept = [f for f in facts if not restates_a_directive(f)]
     # an answer without an emotion gets the lexicon's, labelled detector="lexicon"
     emotion = extraction.emotion if extraction.emotion is not None else lexicon_emotion(request.text)
-    entities = extraction.entities
+    entities = [e.model_copy(update={"name": _name(e.name, types)}) for e in extraction.entities]
     if speaker:
         entities = [e.model_copy(update={"name": speaker}) if fold(e.name) in _SELF else e
                     for e in entities]
-    relationships = extraction.relationships
+    relationships = [r.model_copy(update={"source": _name(r.source, types), "target": _name(r.target, types)})
+                     for r in extraction.relationships]
     if speaker:
         relationships = [
             r.model_copy(update={

@@ -204,3 +204,27 @@ def test_llm_attribute_needs_a_cue_in_the_fact_and_i_am_is_rewritten() -> None:
     painting, glad, origin = out.extraction.facts
     assert painting.attribute_key is None and origin.attribute_key == "hometown"
     assert glad.text == "Ana is glad you like it"
+
+
+def test_llm_copied_context_is_read_back_as_names_and_ids() -> None:
+    """Seen on LoCoMo with the 1.5B model: ``"entity": "person:melanie"`` became the entity
+    ``person:person-melanie``, and a target id copied with its whole context line made a
+    correct UPDATE a rejected one (and a duplicate fact)."""
+    fid = "f_" + "ab12" * 5
+    known = KnownFact(fact_id=fid, text="Melanie lives in Boston", entity_key="person:melanie",
+                      attribute_key="residence")
+    out = llm_extract("I moved to Denver.", {"facts": [
+        {"text": "Melanie moved to Denver", "entity": "person:melanie", "mentions": ["place:denver"],
+         "attribute_key": "residence", "action": "UPDATE",
+         "target_fact_id": f"[{fid}] (person:melanie; residence) Melanie lives in Boston"},
+        {"text": "Ratio: 3:1 is fine", "entity": "ratio:3", "mentions": []},
+    ], "entities": [{"name": "person:melanie", "entity_type": "person"}],
+       "relationships": [{"source": "person:melanie", "target": "place:denver", "relation_type": "lives_in"}]},
+        speaker="Melanie", facts=[known])
+    moved, ratio = out.extraction.facts
+    assert moved.entity == "melanie" and moved.mentions == ["denver"]
+    assert moved.action == "UPDATE" and moved.target_fact_id == fid
+    assert ratio.entity == "ratio:3"  # not an entity type: a name with a colon stays as it is
+    assert out.extraction.entities[0].name == "melanie"
+    rel = out.extraction.relationships[0]
+    assert (rel.source, rel.target) == ("melanie", "denver")
