@@ -101,11 +101,12 @@ def narrowing(flt: RetrieveFilter | None) -> Narrowing | None:
     return Narrowing("(" + " AND ".join(parts) + ")", params)
 
 
-def probe(conn: Any, agent_id: str, scope: Narrowing | None, cap: int = SELECTIVE_TURNS) -> Narrowing | None:
-    """``scope`` marked selective when at most ``cap`` of the agent's turns pass (one capped
-    count; the session index and the metadata GIN index find them)."""
+def probe(conn: Any, agent_id: str, scope: Narrowing | None, cap: int | None = None) -> Narrowing | None:
+    """``scope`` marked selective when at most ``cap`` (``SELECTIVE_TURNS``) of the agent's
+    turns pass (one capped count; the session index and the metadata GIN index find them)."""
     if scope is None:
         return None
+    cap = SELECTIVE_TURNS if cap is None else cap
     row = conn.execute(
         f"SELECT count(*) FROM (SELECT 1 FROM mem_messages m WHERE m.agent_id = %(a)s"
         f" AND {scope.turn('m')} LIMIT {int(cap) + 1}) c",
