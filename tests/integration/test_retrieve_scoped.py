@@ -15,11 +15,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from engramdb.infra.providers.scripted import HashEmbedder
 from engramdb.infra.pgsql import vector_literal
+from engramdb.infra.providers.scripted import HashEmbedder
 from engramdb.services.memory.facade import Memory
-from engramdb.services.retrieve.config import RetrieveConfig
 from engramdb.services.retrieve import scope as scope_module
+from engramdb.services.retrieve.config import RetrieveConfig
 from engramdb.services.retrieve.scope import RetrieveFilter, narrowing, probe
 from engramdb.services.retrieve.signals import bm25, graph, keyword, messages, semantic
 from engramdb.services.retrieve.signals.shared import fact_visibility, message_visibility

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+# re-exported for the signals: its home is infra.pgsql, so management needs no retrieve import
+from engramdb.infra.pgsql import escape_like as escape_like
 from engramdb.services.retrieve.config import RetrieveConfig
 
 # Count caps of the IDF lookups (keyword weights, entity specificity): the counts stay cheap.
@@ -109,8 +111,6 @@ def message_visibility(as_of: datetime | None, alias: str = "m", scope: Narrowin
     return f"{m}.occurred_at <= %(t)s AND {m}.recorded_at <= %(t)s AND {hidden}"
 
 
-def escape_like(word: str) -> str:
-    return word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 
