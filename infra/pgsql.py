@@ -39,3 +39,8 @@ def vector_literal(vector: Sequence[float]) -> str:
     cost ~10% of the projector's CPU); pgvector skips the spaces.
     """
     return str(list(map(float, vector)))
+
+
+def escape_like(word: str) -> str:
+    """``word`` as a LIKE pattern's literal part: backslash, ``%`` and ``_`` escaped."""
+    return word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import psycopg
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
 from engramdb.projections.schema import read_model_ddl, vector_index_ddl
 
@@ -62,8 +63,14 @@ def load_agent(
     rng: np.random.Generator,
     centroids: np.ndarray,
     vocab: list[str],
+    sessions: int = 0,
 ) -> list[str]:
-    """Insert ``n`` facts (+ entities, aliases, links, relationships, n/2 messages); returns entity names."""
+    """Insert ``n`` facts (+ entities, aliases, links, relationships, n/2 messages); returns entity names.
+
+    ``sessions`` > 0 (the filtered-retrieve bench, ``bench/latency/filtered.py``): turn ``j``
+    is in session ``s{j % sessions}`` with metadata ``{"channel": slack|email, "tier":
+    gold (1 in 50)|std}``, fact ``i``'s source is turn ``i // 2``, and message ids are unique
+    across agents (as real ones are). 0: the corpus every other bench loads, unchanged."""
     from pgvector.psycopg import register_vector
 
     register_vector(conn)
@@ -110,9 +117,11 @@ def load_agent(
         other = rng.integers(0, n_entities, size=n)
         ages = rng.integers(0, 365, size=n)
         words = rng.integers(0, len(vocab), size=(n, 6))
+        mid = (lambda j: f"{agent}:m{j}") if sessions else (lambda j: f"m{j}")
+        sources = ", source_message_ids" if sessions else ""
         with cur.copy(
             "COPY mem_facts (agent_id, fact_id, entity_key, fact_text, confidence, importance,"
-            " reinforcement_count, valid_from, recorded_at, embedding) FROM STDIN WITH (FORMAT BINARY)"
+            f" reinforcement_count, valid_from, recorded_at, embedding{sources}) FROM STDIN WITH (FORMAT BINARY)"
         ) as cp:
             cp.set_types(
                 [
@@ -126,25 +135,24 @@ def load_agent(
                     "timestamptz",
                     "timestamptz",
                     "vector",
-                ]
+                ] + (["text[]"] if sessions else [])
             )
             for i in range(n):
                 text = names[subject[i]] + " " + " ".join(vocab[w] for w in words[i])
                 when = T0 - timedelta(days=int(ages[i]))
-                cp.write_row(
-                    (
-                        agent,
-                        f"f{i}",
-                        keys[subject[i]],
-                        text,
-                        0.9,
-                        0.5,
-                        int(i % 5 == 0),
-                        when,
-                        when,
-                        vectors[i],
-                    )
+                fact: tuple[Any, ...] = (
+                    agent,
+                    f"f{i}",
+                    keys[subject[i]],
+                    text,
+                    0.9,
+                    0.5,
+                    int(i % 5 == 0),
+                    when,
+                    when,
+                    vectors[i],
                 )
+                cp.write_row((*fact, [mid(i // 2)]) if sessions else fact)
         with cur.copy(
             "COPY mem_fact_entities (agent_id, fact_id, entity_key, is_primary) FROM STDIN"
         ) as cp:
@@ -168,6 +176,9 @@ def load_agent(
             "embedding",
         ]
         types = ["text", "text", "text", "text", "text", "timestamptz", "timestamptz", "vector"]
+        if sessions:
+            cols.append("metadata")
+            types.append("jsonb")
         has_record = conn.execute(
             "SELECT 1 FROM information_schema.columns WHERE table_name = 'mem_messages' AND column_name = 'record_id'"
             " AND table_schema = current_schema()"
@@ -184,14 +195,17 @@ def load_agent(
                 when = T0 - timedelta(days=int(i % 365), minutes=i)
                 row: list[Any] = [
                     agent,
-                    f"m{i}",
-                    "s",
+                    mid(i),
+                    f"s{i % sessions}" if sessions else "s",
                     "user",
                     names[i % n_entities] + " " + " ".join(vocab[w] for w in mw[i]),
                     when,
                     when,
                     mvec[i],
                 ]
+                if sessions:
+                    row.append(Jsonb({"channel": "slack" if i % 2 else "email",
+                                      "tier": "gold" if i % 50 == 7 else "std"}))
                 if has_record:
                     row.append(uuid.uuid4())
                 cp.write_row(row)
@@ -206,6 +220,7 @@ def load_schema(
     rng: np.random.Generator,
     centroids: np.ndarray,
     vocab: list[str],
+    sessions: int = 0,
 ) -> dict[str, list[str]]:
     """Create ``schema`` and load the bench agents (+ ``fillers`` agents of 1k), then HNSW + VACUUM ANALYZE."""
     with psycopg.connect(url, autocommit=True) as conn:
@@ -222,11 +237,11 @@ def load_schema(
         for size in sizes:
             agent = f"bench-{size}"
             with conn.transaction():
-                names[agent] = load_agent(conn, agent, size, rng, centroids, vocab)
+                names[agent] = load_agent(conn, agent, size, rng, centroids, vocab, sessions)
             total += size
         for i in range(fillers):
             with conn.transaction():
-                load_agent(conn, f"filler-{i}", 1000, rng, centroids, vocab)
+                load_agent(conn, f"filler-{i}", 1000, rng, centroids, vocab, sessions)
             total += 1000
         load_s = time.perf_counter() - start
         start = time.perf_counter()

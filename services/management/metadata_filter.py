@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from engramdb.services.retrieve.signals.shared import escape_like
+from engramdb.infra.pgsql import escape_like
 
 MAX_DEPTH = 8
 MAX_CONDITIONS = 64

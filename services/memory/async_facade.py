@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, TypeVar
@@ -147,11 +147,13 @@ class AsyncMemory:
         as_of: datetime | None = None,
         wait_for: int | None = None,
         config_overrides: dict[str, Any] | None = None,
+        session_id: str | Sequence[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> RetrieveResult:
         """``Memory.retrieve``: the facts and conversations that matter for ``query``."""
         return await self._read(
             self.sync.retrieve, agent_id, query, as_of=as_of, wait_for=wait_for,
-            config_overrides=config_overrides,
+            config_overrides=config_overrides, session_id=session_id, metadata=metadata,
         )
 
     async def wait_for_projections(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -58,6 +58,7 @@ from engramdb.services.memory.router import (
 from engramdb.services.observability.health import DEFAULT_MAX_LAG, HealthReport, check_health
 from engramdb.services.observability.metrics import LagSnapshot, Metrics
 from engramdb.services.retrieve.models import RetrieveResult
+from engramdb.services.retrieve.scope import RetrieveFilter
 from engramdb.services.write.pipeline import WriteConfig, WritePipeline, WriteRequest, WriteResult
 
 _UNSET: Any = object()
@@ -273,16 +274,18 @@ class Memory(SingleCellMixin, ManageMixin, InspectMixin, EditMixin, FlowsMixin):
         as_of: datetime | None = None,
         wait_for: int | None = None,
         config_overrides: dict[str, Any] | None = None,
+        session_id: str | Sequence[str] | None = None, metadata: Mapping[str, Any] | None = None,
     ) -> RetrieveResult:
         """The facts and conversations that matter for ``query``, from the read models only.
 
         ``wait_for`` is a ``WriteResult.position`` of this agent: read-your-writes.
-        """
+        ``session_id`` (one or a list) / ``metadata`` (``list_facts``' filter tree): only turns
+        that satisfy both and facts drawn from one, in every candidate query (ADR-0047)."""
+        within = RetrieveFilter.of(session_id, metadata)
         started = time.perf_counter()
         try:
             result = self.cell(agent_id).retriever.retrieve(
-                agent_id, query, as_of=as_of, wait_for=wait_for, config_overrides=config_overrides
-            )
+                agent_id, query, as_of=as_of, wait_for=wait_for, config_overrides=config_overrides, within=within)
             if self.feedback is not None and as_of is None:  # an as-of query is an audit
                 self.feedback.notify(agent_id, [f.fact_id for f in result.facts])
             return result

@@ -11,8 +11,9 @@ words mean here (scopes, ids, filters) is in ``mem0_shapes``.
 Where engramdb differs, said rather than faked: a Mem0 memory that was updated gets a new
 engramdb fact (the old one is superseded, history keeps both), so ``update`` returns the new
 id; ``get``, ``update``, ``delete`` and ``history`` on the old id follow the supersession to
-the current fact. ``search`` narrowed below the memory's own scope (a run, an agent, metadata)
-is ``Unsupported`` for now — ``get_all`` does it in SQL; retrieve has no such filter yet.
+the current fact. ``search`` and ``get_all`` narrowed below the memory's own scope (a run, an
+agent inside a user, metadata) filter inside SQL: ``get_all`` in the list query, ``search`` in
+every candidate query of retrieve (``Memory.retrieve(metadata=...)``).
 """
 
 from __future__ import annotations
@@ -105,11 +106,8 @@ class Mem0Memory:
         if not isinstance(top_k, int) or not 1 <= top_k <= 100:
             raise Mem0Error(400, "top_k must be an integer from 1 to 100")
         scope, narrowing = split_filters(filters, _ids(ids))
-        if narrowing is not None:
-            raise Unsupported("search narrowed by run_id, agent_id within a user, or metadata "
-                              "is not supported yet; get_all supports these filters")
         key = scope.memory_key
-        found = self.memory.retrieve(key, query, config_overrides={"topk_facts": top_k})
+        found = self.memory.retrieve(key, query, config_overrides={"topk_facts": top_k}, metadata=narrowing)
         results = []
         for fact in found.facts[:top_k]:
             if threshold is not None and fact.score < threshold:

@@ -108,11 +108,37 @@ class RetrieveRequest(BaseModel):
         default=None, ge=0, le=2**63 - 1, description="log position to wait for (read-your-writes): a write's position"
     )
     config_overrides: dict[str, Any] | None = Field(default=None, description="RetrieveConfig fields for this call")
+    session_id: str | list[str] | None = Field(
+        default=None, description="only turns of this session (or of one of these), and facts drawn from them (ADR-0047)"
+    )
+    metadata: dict[str, Any] | None = Field(
+        default=None,
+        description="only turns whose metadata satisfies this filter (list_facts' grammar: eq/ne/in/nin/"
+        "contains/icontains, AND/OR/NOT), and facts drawn from one of them; with session_id, the same turn "
+        "must satisfy both (ADR-0047)",
+    )
 
     @field_validator("as_of")
     @classmethod
     def _as_of_in_range(cls, value: datetime | None) -> datetime | None:
         return None if value is None else check_instant(value, "as_of")
+
+    @field_validator("session_id")
+    @classmethod
+    def _sessions(cls, value: str | list[str] | None) -> str | list[str] | None:
+        # here, not at the top: scope imports the signals, some of which import this module
+        from engramdb.services.retrieve.scope import RetrieveFilter
+
+        RetrieveFilter.of(session_id=value)
+        return value
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        from engramdb.services.retrieve.scope import RetrieveFilter
+
+        RetrieveFilter.of(metadata=value)
+        return value
 
     def send_to(self, memory: Any) -> RetrieveResult:
         """Run this request on anything with ``Memory.retrieve``'s signature (HTTP, NATS)."""
@@ -122,6 +148,8 @@ class RetrieveRequest(BaseModel):
             as_of=self.as_of,
             wait_for=self.wait_for,
             config_overrides=self.config_overrides,
+            **({"session_id": self.session_id} if self.session_id is not None else {}),
+            **({"metadata": self.metadata} if self.metadata is not None else {}),
         )
         return result
 

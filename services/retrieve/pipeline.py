@@ -61,6 +61,7 @@ from engramdb.services.retrieve.planner import (
     sanitize_query,
 )
 from engramdb.services.retrieve.rank import Candidate, EventCandidate, order_key, rank, rank_events
+from engramdb.services.retrieve.scope import RetrieveFilter, narrowing, probe
 from engramdb.services.retrieve.signals.rrf_lists import (
     bm25_fact_signal,
     message_bm25,
@@ -161,8 +162,12 @@ class Retriever:
         as_of: datetime | None = None,
         wait_for: int | None = None,
         config_overrides: dict[str, Any] | None = None,
+        within: RetrieveFilter | None = None,
     ) -> RetrieveResult:
-        """plan → embed ∥ candidates (keyword, semantic, graph, aggregation; messages) → merge &
+        """``within``: only turns (and facts drawn from them) of these sessions / this
+        metadata, decided inside every candidate statement (``scope.py``, ADR-0047).
+
+        plan → embed ∥ candidates (keyword, semantic, graph, aggregation; messages) → merge &
         rank → spread → events → rerank → select → patterns → format."""
         t0 = time.perf_counter()
         cfg = self.config.with_overrides(config_overrides)
@@ -180,7 +185,9 @@ class Retriever:
             return RetrieveResult(agent_id=agent_id, query=q, plan=plan, as_of=as_of,
                                   duration_ms=ms(t0), trace=trace.data)
         self._wait(wait_for, trace)
-        call = self._prepare(agent_id, q, cfg, as_of, analysis, trace, plan_start)
+        call = self._prepare(agent_id, q, cfg, as_of, analysis, trace, plan_start, narrowing(within))
+        if within is not None:
+            trace.note(within=within.as_dict())
         with self.pool.connection() as conn:
             # One connection, statements in sequence: on a 2-core box five concurrent signals
             # only time-slice, and every extra connection/round trip costs a context switch.
@@ -202,7 +209,9 @@ class Retriever:
         ranked, events = emotion_filter.apply(self.pool, call, ranked, events)  # issue 26
         facts, scored_events = select(call, ranked, events)
         patterns = self._patterns(call, facts, scored_events, f_patterns)
-        profiles = profile_section.profiles_for(self.pool, call, plan)
+        # an entity's profile sums up every fact about it, whatever session it came from:
+        # a narrowed call shows none (ADR-0047); directives are the agent's, kept
+        profiles = profile_section.profiles_for(self.pool, call, plan) if call.scope is None else []
         directives = directive_section.directives_for(self.pool, call)  # ADR-0045
         shown_facts, shown_events = directive_section.without_directives(facts, scored_events, directives)
         context = directive_section.format_with(call, directives, lambda d: profile_section.format_with(
@@ -243,6 +252,7 @@ class Retriever:
         analysis: QueryAnalysis,
         trace: Trace,
         plan_start: float,
+        scope: signals.Narrowing | None = None,
     ) -> RetrieveCall:
         """Keyword words and the similarity floor; the query embedding starts in a worker."""
         words = signals.keyword_words(q, cfg.candidates.keyword_max_words, cfg.candidates.keyword_min_word_len)
@@ -251,7 +261,7 @@ class Retriever:
         trace.note(similarity_floor=floor,
                    similarity_threshold_cosine=round(signals.similarity_threshold(cfg, floor), 6))
         f_embed: Future[tuple[str, float]] = self._workers.embed(self._embed, q)
-        return RetrieveCall(agent_id, q, cfg, as_of, analysis, trace, plan_start, words, floor, f_embed)
+        return RetrieveCall(agent_id, q, cfg, as_of, analysis, trace, plan_start, words, floor, f_embed, scope=scope)
 
     def _fact_stages(
         self, call: RetrieveCall, conn: Any
@@ -262,6 +272,9 @@ class Retriever:
             self._keyword_modes = signals.keyword_modes(conn)
         call.modes = self._keyword_modes
         call.small = self._size_gate.verdicts(conn, call.agent_id)
+        if call.scope is not None and not call.scope.selective:
+            call.scope = probe(conn, call.agent_id, call.scope)
+            call.trace.note(within_selective=call.scope.selective if call.scope else None)
         call.trace.note(keyword_mode=call.modes)
         f_events = self._workers.submit(self._events_signal, call) if call.cfg.sizes.topk_events > 0 else None
         f_side, keyword = self._start_side_signals(call, conn)
@@ -277,7 +290,8 @@ class Retriever:
             call.cfg.fusion.rrf_weights.get(name, 0.0) > 0.0 for name in ("fact_graph", "fact_formula"))
         graph_hits, graph_nodes = self._graph(call, conn, plan, lookup, anchor) if structure else ([], {})
         with call.trace.stage("aggregation"):
-            aggregation = signals.aggregation_facts(conn, call.agent_id, plan.pattern_queries, call.cfg, call.as_of)
+            aggregation = signals.aggregation_facts(conn, call.agent_id, plan.pattern_queries, call.cfg, call.as_of,
+                                                    scope=call.scope)
         call.lists["fact_aggregation"] = (FACT, [fid for fid, _ in aggregation])
         qvec = self._query_vector(call)
         if f_side is not None:
@@ -285,7 +299,8 @@ class Retriever:
         else:
             with call.trace.stage("semantic"):
                 semantic = (signals.semantic_facts(conn, call.agent_id, qvec, call.cfg, call.floor, call.as_of,
-                                                   self.exact_search_rows, call.small.get("mem_facts"))
+                                                   self.exact_search_rows, call.small.get("mem_facts"),
+                                                   scope=call.scope)
                             if qvec else [])
         call.lists["fact_semantic"] = (FACT, [fid for fid, _ in semantic])
         call.trace.count(semantic=len(semantic), keyword=len(keyword), graph=len(graph_hits),
@@ -327,7 +342,8 @@ class Retriever:
     def _keyword_facts(conn: Any, call: RetrieveCall) -> list[tuple[str, float]]:
         if call.cfg.scoring.ranking == "rrf":
             return bm25_fact_signal(conn, call)
-        return signals.keyword_facts(conn, call.agent_id, call.words, call.cfg, call.as_of, call.modes["mem_facts"])
+        return signals.keyword_facts(conn, call.agent_id, call.words, call.cfg, call.as_of, call.modes["mem_facts"],
+                                     scope=call.scope)
 
     def _side_signals(self, call: RetrieveCall) -> SideOut:
         side_start = time.perf_counter()
@@ -337,7 +353,8 @@ class Retriever:
             qv = call.query_vector()
             sem_start = time.perf_counter()
             near = (signals.semantic_facts(side_conn, call.agent_id, qv, call.cfg, call.floor, call.as_of,
-                                           self.exact_search_rows, call.small.get("mem_facts"))
+                                           self.exact_search_rows, call.small.get("mem_facts"),
+                                           scope=call.scope)
                     if qv else [])
         return found, kw_ms, near, ms(sem_start)
 
@@ -365,7 +382,8 @@ class Retriever:
         else:
             sig, rows_ = signals.message_events(
                 conn, call.agent_id, qv, call.words, call.cfg, call.floor, call.as_of,
-                call.modes["mem_messages"], self.exact_search_rows, call.small.get("mem_messages"))
+                call.modes["mem_messages"], self.exact_search_rows, call.small.get("mem_messages"),
+                scope=call.scope)
         return sig, rows_, bm25_ms + ms(ev_start)
 
     def _graph(
@@ -374,7 +392,8 @@ class Retriever:
         seeds = {e.entity_key: e.in_query for e in plan.entities if e.source == "deterministic"}
         with call.trace.stage("graph"):
             return signals.graph_facts(
-                conn, call.agent_id, seeds, lookup.edges, call.cfg, call.as_of, anchor, plan.broad_query)
+                conn, call.agent_id, seeds, lookup.edges, call.cfg, call.as_of, anchor, plan.broad_query,
+                scope=call.scope)
 
     def _query_vector(self, call: RetrieveCall) -> str | None:
         """The query vector, once the embedding worker is done (``None``: no semantic signal)."""
@@ -395,7 +414,7 @@ class Retriever:
         anchor: datetime,
     ) -> tuple[list[Candidate], int]:
         with call.trace.stage("hydrate"):
-            rows = signals.hydrate_facts(conn, call.agent_id, sorted(signal_map), qvec)
+            rows = signals.hydrate_facts(conn, call.agent_id, sorted(signal_map), qvec, call.scope)
         cands = [Candidate(rows[fid], dict(sig), structural.get(fid, 0.0))
                  for fid, sig in signal_map.items() if fid in rows]
         with call.trace.stage("rank"):
@@ -409,14 +428,14 @@ class Retriever:
         """Enhance: spreading activation + pattern signal (already in the formula)."""
         trace, cfg = call.trace, call.cfg
         with trace.stage("enhance"):
-            spread = spreading_activation.spread(conn, call.agent_id, ranked, known, cfg, call.as_of)
+            spread = spreading_activation.spread(conn, call.agent_id, ranked, known, cfg, call.as_of, call.scope)
             trace.note(
                 spreading_candidates_returned=spread.returned,
                 spreading_candidates_unique=spread.unique,
                 spreading_entities={str(h): keys for h, keys in spread.entities.items()},
             )
             if spread.activation:
-                extra = signals.hydrate_facts(conn, call.agent_id, sorted(spread.activation), qvec)
+                extra = signals.hydrate_facts(conn, call.agent_id, sorted(spread.activation), qvec, call.scope)
                 new = [Candidate(extra[fid], {"spreading": act})
                        for fid, act in spread.activation.items() if fid in extra]
                 more, dropped2 = rank(new, cfg, call.floor, anchor)
@@ -503,7 +522,8 @@ class Retriever:
                     conn, call.agent_id, qvec, self._top_units(call, candidates, candidate_events, anchor,
                                                                cfg.tail_lists.feedback_depth),
                     beta=cfg.tail_lists.feedback_beta, as_of=call.as_of, min_confidence=cfg.filters.min_confidence,
-                    limit=cfg.candidates.candidate_pool, ef_search=cfg.candidates.hnsw_ef_search, exact_rows=self.exact_search_rows)
+                    limit=cfg.candidates.candidate_pool, ef_search=cfg.candidates.hnsw_ef_search, exact_rows=self.exact_search_rows,
+                    scope=call.scope)
                 out.fact_ids, out.message_ids = fb.fact_ids, fb.message_ids
             if tail_lists.enabled(cfg.fusion.rrf_weights, tail_lists.NEIGHBOUR_LISTS):
                 top = self._top_units(call, candidates, candidate_events, anchor, cfg.tail_lists.neighbour_depth)
@@ -513,7 +533,7 @@ class Retriever:
                     how = "named" if subject_sweep.is_list_question(call.query) else "all"
                 named = call.subject_speakers if how != "all" else ()
                 near = tail_lists.neighbours(conn, call.agent_id, anchors, cfg.tail_lists.neighbour_span, call.as_of, qvec,
-                                             named)
+                                             named, call.scope)
                 first, then = tail_lists.by_speaker(near.pairs, cfg.tail_lists.neighbour_span, how if named else "all")
                 ordered = tail_lists.order_neighbours(anchors, first, cfg.tail_lists.neighbour_order)
                 seen = set(ordered)
@@ -525,7 +545,7 @@ class Retriever:
             known_facts = {c.fact_id for c in ranked}
             new_fact_ids = [f for f in out.fact_ids if f not in known_facts]
             if new_fact_ids:
-                rows = signals.hydrate_facts(conn, call.agent_id, new_fact_ids, qvec)
+                rows = signals.hydrate_facts(conn, call.agent_id, new_fact_ids, qvec, call.scope)
                 more, _ = rank([Candidate(rows[f], {}) for f in new_fact_ids if f in rows], cfg, call.floor, anchor)
                 ranked += more
             known_events = {e.message_id for e in events}
@@ -533,7 +553,7 @@ class Retriever:
             if new_ids:
                 missing = [m for m in new_ids if m not in turn_rows]  # the feedback list's turns
                 rows_ = [turn_rows[m] for m in new_ids if m in turn_rows]
-                rows_ += signals.message_rows(conn, call.agent_id, missing, qvec) if missing else []
+                rows_ += signals.message_rows(conn, call.agent_id, missing, qvec, call.scope) if missing else []
                 events += rank_events(rows_, {m: {"listed": 1.0} for m in new_ids}, cfg, call.floor, anchor)
         call.lists["fact_feedback"] = (FACT, out.fact_ids)
         call.lists["message_feedback"] = (EVENT, out.message_ids)
@@ -555,7 +575,7 @@ class Retriever:
         with call.trace.stage("decompose"):
             for part in parts:
                 sub = self._prepare(call.agent_id, part, call.cfg, call.as_of, analyze_query(part),
-                                    Trace(part, part), time.perf_counter())
+                                    Trace(part, part), time.perf_counter(), call.scope)
                 with self.pool.connection() as conn:
                     _, sub_anchor, sub_ranked, _, f_events = self._fact_stages(sub, conn)
                 sub_events, _ = self._events(sub, f_events, sub_anchor)
@@ -566,7 +586,7 @@ class Retriever:
     def _prefetch_patterns(self, call: RetrieveCall, candidates: list[Candidate]) -> Future[signals.PatternsNear] | None:
         """The patterns of every candidate fact, on a worker beside the last stages (ADR-0041);
         ``_patterns`` then picks those of the facts it returns without a round trip."""
-        if call.cfg.sizes.topk_patterns <= 0:
+        if call.cfg.sizes.topk_patterns <= 0 or call.scope is not None:
             return None
         return self._workers.submit(self._patterns_near, call, [c.fact_id for c in candidates])
 
@@ -578,7 +598,9 @@ class Retriever:
         self, call: RetrieveCall, facts: list[ScoredFact], events: list[ScoredEvent],
         f_near: Future[signals.PatternsNear] | None = None,
     ) -> list[ScoredPattern]:
-        if call.cfg.sizes.topk_patterns <= 0 or not (facts or events):
+        # a pattern sums up facts across the memory, whatever session they came from: a
+        # narrowed call shows none (ADR-0047)
+        if call.cfg.sizes.topk_patterns <= 0 or not (facts or events) or call.scope is not None:
             return []
         fact_ids = [f.fact_id for f in facts]
         found = None if f_near is None else signals.patterns_from(f_near.result(), fact_ids, call.words,

@@ -17,6 +17,7 @@ from engramdb.services.retrieve.config import RetrieveConfig
 from engramdb.services.retrieve.planner import load_edges
 from engramdb.services.retrieve.rank import Candidate
 from engramdb.services.retrieve.signals import linked_with_specificity
+from engramdb.services.retrieve.signals.shared import Narrowing
 
 
 @dataclass
@@ -50,6 +51,7 @@ def spread(
     known_ids: set[str],
     cfg: RetrieveConfig,
     as_of: datetime | None,
+    scope: Narrowing | None = None,
 ) -> SpreadResult:
     out = SpreadResult()
     if cfg.spreading.spreading_activation_hops <= 0 or cfg.spreading.spreading_facts_per_entity <= 0 or not ranked:
@@ -80,7 +82,8 @@ def spread(
     if not entity_act:
         return out
     rows, specific = linked_with_specificity(
-        conn, agent_id, sorted(entity_act), cfg.spreading.spreading_facts_per_entity, cfg, as_of, order="important"
+        conn, agent_id, sorted(entity_act), cfg.spreading.spreading_facts_per_entity, cfg, as_of, order="important",
+        scope=scope
     )
     out.returned = len(rows)
     for key, fid in rows:

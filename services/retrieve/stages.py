@@ -52,6 +52,8 @@ class RetrieveCall:
     small: dict[str, bool | None] = field(default_factory=dict)
     windows: list[Window] | None = None  # the query's time windows, once fusion first asks
     placements: PlacementMemo = field(default_factory=dict)  # fusion's, kept for the call (ADR-0041)
+    # the call's session / metadata narrowing (``scope.py``, ADR-0047): in every candidate statement
+    scope: signals.Narrowing | None = None
 
     def query_vector(self) -> str | None:
         """For the workers: the vector, or ``None`` if embedding failed (the main thread

@@ -32,9 +32,12 @@ from engramdb.services.retrieve.models import RetrievalPlan
 from engramdb.services.retrieve.planner import PlannerLookup, QueryAnalysis, build_plan
 from engramdb.services.retrieve.signals.messages import message_rows
 from engramdb.services.retrieve.signals.shared import (
+    Narrowing,
     batch,
+    exact_when_selective,
     fact_visibility,
     message_visibility,
+    narrowing_params,
     nearest_cte,
     set_hnsw,
 )
@@ -178,18 +181,21 @@ def sweep(
     exact_rows: int = 0,
     small: tuple[bool | None, bool | None] = (None, None),
     only_subject: bool = True,
+    scope: Narrowing | None = None,
 ) -> SweepOut:
     """The subject's facts (by entity) and turns (by speaker), nearest to ``qvec`` (the
     name-less question's vector) first, at most ``per_session`` per session (facts: per day
     they became valid). No similarity threshold: the sweep ranks, fusion decides."""
     fetch = limit * 3 if per_session > 0 else limit
-    facts_where = f"{fact_visibility(as_of)} AND f.confidence >= %(minc)s"
-    msgs_where = message_visibility(as_of)
+    facts_where = f"{fact_visibility(as_of, scope=scope)} AND f.confidence >= %(minc)s"
+    msgs_where = message_visibility(as_of, scope=scope)
+    small = (exact_when_selective(small[0], scope), exact_when_selective(small[1], scope))
     if only_subject:
         facts_where += " AND f.entity_key = ANY(%(keys)s)"
         msgs_where += " AND lower(m.speaker) = ANY(%(speakers)s)"
     params = {"q": qvec, "a": agent_id, "t": as_of, "minc": min_confidence, "n": fetch,
-              "keys": list(subject.entity_keys), "speakers": list(subject.speakers)}
+              "keys": list(subject.entity_keys), "speakers": list(subject.speakers),
+              **narrowing_params(scope)}
     with batch(conn):
         set_hnsw(conn, max(ef_search, fetch))
         facts = conn.execute(
@@ -225,6 +231,7 @@ def sweep_people(
     ef_search: int,
     exact_rows: int = 0,
     small: tuple[bool | None, bool | None] = (None, None),
+    scope: Narrowing | None = None,
 ) -> SweepOut:
     """Each named person's own facts and turns, nearest to the name-less question, the
     persons' lists interleaved (``fact_person`` / ``message_person``). Why: a question about
@@ -234,7 +241,7 @@ def sweep_people(
     per = [
         sweep(conn, agent_id, Subject((key,), names, subject.stripped_query), qvec, as_of=as_of,
               min_confidence=min_confidence, limit=limit, ef_search=ef_search, exact_rows=exact_rows,
-              small=small, only_subject=True)
+              small=small, only_subject=True, scope=scope)
         for key, names in subject.people
     ]
     return SweepOut(
@@ -315,14 +322,15 @@ def run(call: RetrieveCall, conn: Any, started: Started, query_vector: Callable[
         out = sweep(conn, call.agent_id, subject, vec, as_of=call.as_of, min_confidence=cfg.filters.min_confidence,
                     limit=cfg.candidates.candidate_pool, ef_search=cfg.candidates.hnsw_ef_search,
                     per_session=cfg.sweeps.subject_sweep_per_session, exact_rows=exact_rows,
-                    small=_small(call), only_subject=cfg.sweeps.subject_sweep_only_subject)
+                    small=_small(call), only_subject=cfg.sweeps.subject_sweep_only_subject, scope=call.scope)
     if enabled(cfg.fusion.rrf_weights, PERSON_LISTS) and (
             cfg.sweeps.person_sweep_scope == "any" or is_list_question(call.query)):
         people = sweep_people(conn, call.agent_id, subject, vec, as_of=call.as_of,
                               min_confidence=cfg.filters.min_confidence, limit=cfg.candidates.candidate_pool,
-                              ef_search=cfg.candidates.hnsw_ef_search, exact_rows=exact_rows, small=_small(call))
+                              ef_search=cfg.candidates.hnsw_ef_search, exact_rows=exact_rows, small=_small(call),
+                              scope=call.scope)
     message_ids = list(dict.fromkeys(out.message_ids + people.message_ids))
-    rows = message_rows(conn, call.agent_id, message_ids, query_vector())
+    rows = message_rows(conn, call.agent_id, message_ids, query_vector(), call.scope)
     return Swept(out, people, rows, embed_ms, (time.perf_counter() - begin) * 1000.0)
 
 

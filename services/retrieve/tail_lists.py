@@ -25,7 +25,11 @@ from typing import Any
 from engramdb.services.retrieve.fusion import EVENT, FACT
 from engramdb.services.retrieve.rank import Candidate, EventCandidate
 from engramdb.services.retrieve.signals.messages import turn_row
-from engramdb.services.retrieve.signals.shared import message_visibility
+from engramdb.services.retrieve.signals.shared import (
+    Narrowing,
+    message_visibility,
+    narrowing_params,
+)
 from engramdb.services.retrieve.subject_sweep import Subject, sweep
 
 FEEDBACK_LISTS = ("fact_feedback", "message_feedback")
@@ -129,6 +133,7 @@ def feedback(
     limit: int,
     ef_search: int,
     exact_rows: int = 0,
+    scope: Narrowing | None = None,
 ) -> TailOut:
     """Every fact and turn nearest to the feedback vector (no similarity threshold: the list
     ranks, fusion decides), the subject sweep's statements over every row."""
@@ -138,7 +143,7 @@ def feedback(
     if vec is None:
         return TailOut()
     out = sweep(conn, agent_id, Subject((), (), ""), vec, as_of=as_of, min_confidence=min_confidence,
-                limit=limit, ef_search=ef_search, exact_rows=exact_rows, only_subject=False)
+                limit=limit, ef_search=ef_search, exact_rows=exact_rows, only_subject=False, scope=scope)
     return TailOut(fact_ids=out.fact_ids, message_ids=out.message_ids)
 
 
@@ -162,6 +167,7 @@ class Neighbours:
 def neighbours(
     conn: Any, agent_id: str, anchors: Sequence[str], span: int, as_of: Any, qvec: str | None = None,
     speakers: Sequence[str] = (),
+    scope: Narrowing | None = None,
 ) -> Neighbours:
     """(anchor, neighbour, offset, said by one of ``speakers``) for the ``span`` visible turns
     said just before (offset −1, −2, …) and just after (1, 2, …) each anchor in the anchor's
@@ -174,7 +180,7 @@ def neighbours(
     second round trip for them sat on the call's serial path."""
     if not anchors or span <= 0:
         return Neighbours()
-    visible = message_visibility(as_of, "n")
+    visible = message_visibility(as_of, "n", scope)
     side = """
         SELECT a.message_id AS anchor, {sign} * x.k AS k, x.*
           FROM a, LATERAL (
@@ -194,7 +200,7 @@ def neighbours(
         + " UNION ALL"
         + side.format(sign="1", o="ASC", cmp=">", visible=visible, row=row),
         {"a": agent_id, "ids": list(anchors), "walk": int(span) * (2 if speakers else 1), "t": as_of,
-         "q": qvec, "speakers": [str(s) for s in speakers]},
+         "q": qvec, "speakers": [str(s) for s in speakers], **narrowing_params(scope)},
     ).fetchall()
     out = Neighbours()
     for anchor, offset, *turn, named, _ in found:

@@ -102,6 +102,16 @@ def test_the_real_mem0_client_runs_every_memory_verb(server: dict[str, str]) -> 
     assert top["provenance"]["sources"][0]["text"] == "I live in Recife."
     assert top["provenance"]["sources"][0]["session_id"] == "chat-1"
 
+    # search narrowed to a run / by metadata: filtered inside retrieve's SQL, so the best match
+    # of the question (Recife, run chat-1, slack) never comes back from the other run
+    in_chat2 = client.search("Where does Ana live?", filters={"AND": [{"user_id": ana}, {"run_id": "chat-2"}]},
+                             top_k=3)
+    assert [_plain(m["memory"]) for m in in_chat2["results"]] == ["Ana's sister Carla works at Acme"], in_chat2
+    assert all(m["run_id"] == "chat-2" for m in in_chat2["results"])
+    by_email = client.search("Where does Ana live?", top_k=3,
+                             filters={"AND": [{"user_id": ana}, {"metadata": {"channel": "email"}}]})
+    assert [m["metadata"] for m in by_email["results"]] == [{"channel": "email"}], by_email
+
     everything = client.get_all(filters={"user_id": ana})
     assert everything["count"] == 3 and len(everything["results"]) == 3
     slack = client.get_all(filters={"AND": [{"user_id": ana}, {"metadata": {"channel": "slack"}}]})

@@ -117,10 +117,20 @@ def test_the_filter_is_inside_the_sql_before_the_limit(two_users: Any, pg_url: s
     assert plan.index("Limit") < plan.index("metadata @>"), plan  # the filter runs under the limit
 
 
-def test_search_narrowed_below_the_memory_is_refused_not_faked(two_users: Any) -> None:
+def test_search_narrowed_below_the_memory_filters_inside_retrieve(two_users: Any) -> None:
+    """A run, an agent inside the user, metadata: the best match outside is never returned."""
     mem0, ana, _bob = two_users
-    with pytest.raises(Unsupported, match="get_all supports"):
-        mem0.search("jazz", filters={"AND": [{"user_id": ana}, {"run_id": "r2"}]})
+    wide = mem0.search("Ana lives in Recife?", filters={"user_id": ana}, top_k=3)["results"]
+    assert wide and wide[0]["memory"].startswith("Ana lives in Recife")
+    for narrowed, allowed in (
+        ({"run_id": "r2"}, ["Ana loves jazz"]),
+        ({"agent_id": "sales"}, ["Ana loves jazz", "Ana plays the piano"]),
+        ({"metadata": {"channel": {"in": ["email", "phone"]}}}, ["Ana loves jazz", "Ana plays the piano"]),
+    ):
+        hits = mem0.search("Ana lives in Recife?", filters={"AND": [{"user_id": ana}, narrowed]}, top_k=10)
+        assert hits["results"] and set(_texts(hits)) <= set(allowed), (narrowed, hits)
+    with pytest.raises(Unsupported):  # what Mem0 has and engramdb does not: still a 422
+        mem0.search("jazz", filters={"AND": [{"user_id": ana}, {"created_at": {"gte": "2026-01-01"}}]})
 
 
 def test_messages_return_their_metadata(two_users: Any) -> None:

@@ -82,6 +82,8 @@ FACTS = Table(
         "CREATE INDEX IF NOT EXISTS mem_facts_text_tsv ON mem_facts "
         "USING gin (to_tsvector('simple', fact_text))",
         search_index("mem_facts"),
+        # a retrieve narrowed to few turns (a session, ADR-0047) finds their facts by source
+        "CREATE INDEX IF NOT EXISTS mem_facts_sources ON mem_facts USING gin (source_message_ids)",
         stats_index("mem_facts", "fact_id",
                     ("confidence", "valid_from", "valid_to", "recorded_at", "invalidated_at")),
     ),

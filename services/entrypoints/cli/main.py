@@ -160,15 +160,23 @@ def retrieve(
     as_of: Annotated[str | None, typer.Option("--as-of", help="ISO time: memory as it was")] = None,
     show_facts: Annotated[bool, typer.Option("--facts", help="print scored facts")] = False,
     show_trace: Annotated[bool, typer.Option("--trace", help="print the stage trace")] = False,
+    session: Annotated[list[str] | None, typer.Option(
+        "--session", help="only this session's turns and their facts (repeat for several)")] = None,
+    metadata: Annotated[str | None, typer.Option(
+        "--metadata", help='JSON filter on the turns\' metadata, e.g. \'{"channel": "slack"}\'')] = None,
     as_json: Json = False,
 ) -> None:
     """Print the context string for a query (and, with flags, the scored facts and trace)."""
     with cli_user_errors():
         _check_agent(agent)
         moment = _parse_time(as_of)
+        try:
+            meta = None if metadata is None else json.loads(metadata)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--metadata is not JSON: {exc}") from None
         with _open_memory() as memory:
             memory.wait_for_projections(agent_id=agent)  # like list-facts: see every write so far
-            result = memory.retrieve(agent, query, as_of=moment)
+            result = memory.retrieve(agent, query, as_of=moment, session_id=session or None, metadata=meta)
             if not result.facts and not result.events and not memory.list_messages(agent, limit=1).items:
                 raise LookupError(f"agent {agent!r} has no memory (nothing was ever written for it; "
                                   "`engramdb list-agents` names those that have)")

@@ -207,6 +207,10 @@ def _add_read_tools(server: MCPServer[Any], keyring: KeyRing | None) -> None:
             datetime | None, Field(description="ISO time: answer from memory as it was then")
         ] = None,
         detail: Annotated[bool, Field(description="also scores, plan and ranked turns")] = False,
+        session_id: Annotated[str | None, Field(
+            max_length=200, description="only this conversation's turns and the facts drawn from them")] = None,
+        metadata: Annotated[dict[str, Any] | None, Field(
+            description='only turns whose metadata matches, e.g. {"channel": "slack"} (and facts from them)')] = None,
     ) -> Recall:
         """Recall what memory knows that matters for a question. Call it before answering
         anything that may depend on earlier conversations. `context` is a prompt-ready text
@@ -214,7 +218,8 @@ def _add_read_tools(server: MCPServer[Any], keyring: KeyRing | None) -> None:
         (for get_fact, delete_fact and history)."""
         _check(ctx, keyring, "read", agent_id)
         m = _memory(ctx)
-        result = await _call(lambda: m.retrieve(agent_id, query, as_of=as_of))
+        result = await _call(lambda: m.retrieve(agent_id, query, as_of=as_of, session_id=session_id,
+                                                metadata=metadata))
         return recall(result, detail=detail)
 
     @server.tool(

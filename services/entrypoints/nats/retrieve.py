@@ -1,7 +1,7 @@
 """NATS request/reply surface of retrieve (FastStream), subject ``<prefix>.retrieve``.
 
 Request: a JSON ``RetrieveRequest`` (``agent_id``, ``query``, optional ``as_of``,
-``wait_for``, ``config_overrides``). Reply: a JSON ``RetrieveReply`` — ``{"result": {...}}``
+``wait_for``, ``config_overrides``, ``session_id``, ``metadata`` — ADR-0047). Reply: a JSON ``RetrieveReply`` — ``{"result": {...}}``
 on success, ``{"error": "...", "error_type": "validation" | "internal"}`` otherwise, so a
 requester always gets an answer instead of waiting for its timeout.
 

@@ -28,9 +28,11 @@ from typing import Any
 
 from engramdb.projections.search import SAMPLE_BUCKETS, sample_bucket
 from engramdb.services.retrieve.signals.shared import (
+    Narrowing,
     custom_plans,
     fact_visibility,
     message_visibility,
+    narrowing_params,
 )
 
 K1 = 1.5
@@ -107,12 +109,14 @@ def bm25_messages(
     k1: float = K1,
     b: float = B,
     exact_rows: int | None = None,
+    scope: Narrowing | None = None,
 ) -> list[tuple[str, float]]:
     """(message_id, BM25 score) of the agent's messages visible (as of ``as_of``), best
     first, ties by id. The speaker's name is part of each message's document."""
-    statement = _bm25_sql("mem_messages", "m", "message_id", message_visibility(as_of))
+    statement = _bm25_sql("mem_messages", "m", "message_id", message_visibility(as_of, scope=scope))
     return _run(conn, statement, {"a": agent_id, "q": query_text, "t": as_of, "n": limit,
-                                  "k1": float(k1), "b": float(b), "exact_rows": _exact(exact_rows)})
+                                  "k1": float(k1), "b": float(b), "exact_rows": _exact(exact_rows),
+                                  **narrowing_params(scope)})
 
 
 def bm25_facts(
@@ -125,12 +129,14 @@ def bm25_facts(
     k1: float = K1,
     b: float = B,
     exact_rows: int | None = None,
+    scope: Narrowing | None = None,
 ) -> list[tuple[str, float]]:
     """(fact_id, BM25 score) of the agent's facts active now (or as of ``as_of``) with at
     least ``min_confidence``, best first, ties by id. N, avgdl and df count the same facts;
     the entity's name is part of each fact's document."""
-    where = f"{fact_visibility(as_of)} AND f.confidence >= %(minc)s"
+    where = f"{fact_visibility(as_of, scope=scope)} AND f.confidence >= %(minc)s"
     statement = _bm25_sql("mem_facts", "f", "fact_id", where)
     return _run(conn, statement, {"a": agent_id, "q": query_text, "t": as_of, "n": limit,
                                   "minc": float(min_confidence), "k1": float(k1),
-                                  "b": float(b), "exact_rows": _exact(exact_rows)})
+                                  "b": float(b), "exact_rows": _exact(exact_rows),
+                                  **narrowing_params(scope)})

@@ -12,7 +12,14 @@ from typing import Any
 from engramdb.services.retrieve.config import RetrieveConfig
 from engramdb.services.retrieve.planner import Edge, load_edges
 from engramdb.services.retrieve.signals.hydrate import floored_decay
-from engramdb.services.retrieve.signals.shared import DF_CAP, N_CAP, batch, fact_visibility
+from engramdb.services.retrieve.signals.shared import (
+    DF_CAP,
+    N_CAP,
+    Narrowing,
+    batch,
+    fact_visibility,
+    narrowing_params,
+)
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,7 @@ def _linked_facts_cursor(
     cfg: RetrieveConfig,
     as_of: datetime | None,
     order: str = "recent",
+    scope: Narrowing | None = None,
 ) -> Any:
     """(entity_key, fact_id) for facts that *mention* each entity through the fact↔entity
     link table (not only the primary subject); falls back to ``entity_key`` matching when
@@ -105,18 +113,19 @@ def _linked_facts_cursor(
            FROM mem_fact_entities fe
            JOIN mem_facts f ON f.agent_id = fe.agent_id AND f.fact_id = fe.fact_id
           WHERE (SELECT v FROM hl) AND fe.agent_id = %(a)s AND fe.entity_key = k.key
-            AND {fact_visibility(as_of)} AND f.confidence >= %(minc)s
+            AND {fact_visibility(as_of, scope=scope)} AND f.confidence >= %(minc)s
           ORDER BY {order_sql} LIMIT k.lim)
         UNION ALL
         (SELECT f.fact_id, f.valid_from, f.importance, f.reinforcement_count
            FROM mem_facts f
           WHERE NOT (SELECT v FROM hl) AND f.agent_id = %(a)s AND f.entity_key = k.key
-            AND {fact_visibility(as_of)} AND f.confidence >= %(minc)s
+            AND {fact_visibility(as_of, scope=scope)} AND f.confidence >= %(minc)s
           ORDER BY {order_sql} LIMIT k.lim)"""
     return conn.execute(
         "WITH hl AS (SELECT EXISTS (SELECT 1 FROM mem_fact_entities WHERE agent_id = %(a)s) AS v) "
         f"SELECT k.key, x.fact_id FROM unnest(%(k)s::text[], %(n)s::int[]) AS k(key, lim) CROSS JOIN LATERAL ({inner}) x",
-        {"a": agent_id, "k": keys, "t": as_of, "minc": cfg.filters.min_confidence, "n": limits},
+        {"a": agent_id, "k": keys, "t": as_of, "minc": cfg.filters.min_confidence, "n": limits,
+         **narrowing_params(scope)},
     )
 
 
@@ -128,12 +137,13 @@ def linked_with_specificity(
     cfg: RetrieveConfig,
     as_of: datetime | None,
     order: str = "recent",
+    scope: Narrowing | None = None,
 ) -> tuple[list[tuple[str, str]], dict[str, float]]:
     """The linked facts (``_linked_facts_cursor``) and ``entity_specificity`` of the same keys, sent together in one
     round trip (pipeline): graph and spreading need both and neither depends on the other."""
     with batch(conn):
         spec_cur = _specificity_cursor(conn, agent_id, keys)
-        linked_cur = _linked_facts_cursor(conn, agent_id, keys, per_entity, cfg, as_of, order)
+        linked_cur = _linked_facts_cursor(conn, agent_id, keys, per_entity, cfg, as_of, order, scope)
     specific = _specificity_from(spec_cur.fetchall()) if spec_cur is not None else {}
     linked = [(r[0], r[1]) for r in linked_cur.fetchall()] if linked_cur is not None else []
     return linked, specific
@@ -186,6 +196,7 @@ def graph_facts(
     as_of: datetime | None,
     anchor: datetime,
     broad: bool,
+    scope: Narrowing | None = None,
 ) -> tuple[list[GraphHit], dict[str, GraphNode]]:
     if not seeds:
         return [], {}
@@ -196,7 +207,7 @@ def graph_facts(
     keys = sorted(nodes)
     limits = [max(1, base // (4 ** nodes[k].hop)) for k in keys]
     best: dict[str, GraphHit] = {}
-    linked, specific = linked_with_specificity(conn, agent_id, keys, limits, cfg, as_of)
+    linked, specific = linked_with_specificity(conn, agent_id, keys, limits, cfg, as_of, scope=scope)
     for key, fact_id in linked:
         node = nodes[key]
         edge_recency = 1.0 if node.hop == 0 else floored_decay(anchor, node.edge_seen, cfg.scoring.recency_half_life_days)

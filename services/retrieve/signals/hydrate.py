@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from engramdb.services.retrieve.signals.shared import Narrowing, narrowing_params
+
 
 def decay(anchor: datetime, when: datetime | None, half_life_days: float) -> float:
     """exp decay 0.5^(age/half_life); future or unknown times count as age 0."""
@@ -41,14 +43,17 @@ class FactCandidate:
     low_vitality: bool = False  # flagged by the vitality job (ADR-0022)
 
 
-def hydrate_facts(conn: Any, agent_id: str, ids: list[str], qvec: str | None) -> dict[str, FactCandidate]:
+def hydrate_facts(conn: Any, agent_id: str, ids: list[str], qvec: str | None,
+                  scope: Narrowing | None = None) -> dict[str, FactCandidate]:
     """Rows for candidate ids, with their cosine to the query computed in SQL (so facts found
     by keyword/graph/spreading get a semantic score too, without shipping vectors).
     Importance is the jobs' assessment when there is one (``mem_fact_usage``, ADR-0019)."""
     if not ids:
         return {}
+    # ``scope``: the signals already narrowed; this keeps any list from adding a fact that fails it
+    narrowed = "" if scope is None else f" AND {scope.fact('f')}"
     rows = conn.execute(
-        """
+        f"""
         SELECT f.fact_id, f.entity_key, coalesce(e.display_name, f.entity_key), f.fact_text,
                f.confidence, coalesce(u.importance, f.importance), f.reinforcement_count,
                f.valid_from,
@@ -59,9 +64,9 @@ def hydrate_facts(conn: Any, agent_id: str, ids: list[str], qvec: str | None) ->
           FROM mem_facts f
           LEFT JOIN mem_entities e ON e.agent_id = f.agent_id AND e.entity_key = f.entity_key
           LEFT JOIN mem_fact_usage u ON u.agent_id = f.agent_id AND u.fact_id = f.fact_id
-         WHERE f.agent_id = %(a)s AND f.fact_id = ANY(%(ids)s)
+         WHERE f.agent_id = %(a)s AND f.fact_id = ANY(%(ids)s){narrowed}
         """,
-        {"a": agent_id, "ids": ids, "q": qvec},
+        {"a": agent_id, "ids": ids, "q": qvec, **narrowing_params(scope)},
     ).fetchall()
     out: dict[str, FactCandidate] = {}
     for fid, ekey, ename, text, conf, imp, rc, vfrom, src, srcs, cos, low in rows:

@@ -13,9 +13,11 @@ from engramdb.services.retrieve.config import RetrieveConfig
 from engramdb.services.retrieve.signals.shared import (
     DF_CAP,
     N_CAP,
+    Narrowing,
     custom_plans,
     escape_like,
     fact_visibility,
+    narrowing_params,
 )
 
 
@@ -101,20 +103,21 @@ def keyword_filter(column: str, mode: str) -> str:
 
 
 def keyword_facts(
-    conn: Any, agent_id: str, words: list[str], cfg: RetrieveConfig, as_of: datetime | None, mode: str = "ilike"
+    conn: Any, agent_id: str, words: list[str], cfg: RetrieveConfig, as_of: datetime | None, mode: str = "ilike",
+    scope: Narrowing | None = None,
 ) -> list[tuple[str, float]]:
     """(fact_id, fraction of the keyword words found in its text), best first."""
     if not words:
         return []
     params = {**keyword_params(conn, "mem_facts", "fact_text", agent_id, words, mode), "t": as_of,
-              "minc": cfg.filters.min_confidence, "n": cfg.candidates.candidate_pool}
+              "minc": cfg.filters.min_confidence, "n": cfg.candidates.candidate_pool, **narrowing_params(scope)}
     with custom_plans(conn):
         cur = conn.execute(
             f"""
         SELECT f.fact_id,
                {match_count("f.fact_text", len(words))} / %(k)s AS s
           FROM mem_facts f
-         WHERE f.agent_id = %(a)s AND {fact_visibility(as_of)}
+         WHERE f.agent_id = %(a)s AND {fact_visibility(as_of, scope=scope)}
            AND f.confidence >= %(minc)s AND {keyword_filter("f.fact_text", mode)}
          ORDER BY s DESC, f.valid_from DESC, f.fact_id
          LIMIT %(n)s

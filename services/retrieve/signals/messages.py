@@ -10,8 +10,11 @@ from engramdb.services.retrieve.config import RetrieveConfig
 from engramdb.services.retrieve.signals.bm25 import bm25_messages
 from engramdb.services.retrieve.signals.keyword import keyword_filter, keyword_params, match_count
 from engramdb.services.retrieve.signals.shared import (
+    Narrowing,
     batch,
+    exact_when_selective,
     message_visibility,
+    narrowing_params,
     nearest_cte,
     set_hnsw,
     similarity_threshold,
@@ -42,6 +45,7 @@ def message_events(
     mode: str = "ilike",
     exact_rows: int = 0,
     small: bool | None = None,
+    scope: Narrowing | None = None,
 ) -> tuple[dict[str, dict[str, float]], list[tuple[Any, ...]]]:
     """Conversation candidates and their rows in ONE statement (one round trip, the HNSW
     settings pipelined with it): semantic nearest above the threshold ∪ keyword best, each
@@ -51,20 +55,21 @@ def message_events(
     sources: list[str] = []
     if qvec is not None:
         ctes.append(
-            nearest_cte("mem_messages", "m", "message_id", message_visibility(as_of), exact_rows, small)
+            nearest_cte("mem_messages", "m", "message_id", message_visibility(as_of, scope=scope), exact_rows,
+                        exact_when_selective(small, scope))
             + ", sem AS (SELECT message_id, 1 - d AS cos FROM nn WHERE d <= %(maxd)s)"
         )
         sources.append("SELECT message_id FROM sem")
     else:
         ctes.append("sem AS (SELECT NULL::text AS message_id, NULL::float8 AS cos WHERE FALSE)")
     params: dict[str, Any] = {"q": qvec, "a": agent_id, "t": as_of, "n": limit,
-                              "maxd": 1.0 - similarity_threshold(cfg, floor)}
+                              "maxd": 1.0 - similarity_threshold(cfg, floor), **narrowing_params(scope)}
     if words:
         ctes.append(
             f"""kw AS MATERIALIZED (
                 SELECT m.message_id, {match_count("m.text", len(words))} / %(k)s AS s
                   FROM mem_messages m
-                 WHERE m.agent_id = %(a)s AND {message_visibility(as_of)} AND {keyword_filter("m.text", mode)}
+                 WHERE m.agent_id = %(a)s AND {message_visibility(as_of, scope=scope)} AND {keyword_filter("m.text", mode)}
                  ORDER BY s DESC, m.occurred_at DESC, m.message_id
                  LIMIT %(n)s
             )"""
@@ -101,19 +106,22 @@ def message_events(
     return out, rows
 
 
-def message_rows(conn: Any, agent_id: str, ids: list[str], qvec: str | None) -> list[tuple[Any, ...]]:
+def message_rows(conn: Any, agent_id: str, ids: list[str], qvec: str | None,
+                 scope: Narrowing | None = None) -> list[tuple[Any, ...]]:
     """Rows of messages found by another signal (BM25), in ``message_events``' row shape, with
-    their cosine to the query computed in SQL."""
+    their cosine to the query computed in SQL (``scope``: only turns that pass it — the
+    signals already narrowed; this keeps any later list from adding one that does not)."""
+    narrowed = "" if scope is None else f" AND {scope.turn('m')}"
     if not ids:
         return []
     return conn.execute(
         f"""
         SELECT {TURN_ROW}
           FROM mem_messages m
-         WHERE m.agent_id = %(a)s AND m.message_id = ANY(%(ids)s)
+         WHERE m.agent_id = %(a)s AND m.message_id = ANY(%(ids)s){narrowed}
          ORDER BY m.message_id
         """,
-        {"a": agent_id, "ids": ids, "q": qvec},
+        {"a": agent_id, "ids": ids, "q": qvec, **narrowing_params(scope)},
     ).fetchall()
 
 
@@ -128,6 +136,7 @@ def message_lists(
     exact_rows: int = 0,
     small: bool | None = None,
     bm25_found: list[tuple[str, float]] | None = None,
+    scope: Narrowing | None = None,
 ) -> tuple[dict[str, dict[str, float]], list[tuple[Any, ...]], list[tuple[str, float]]]:
     """Rank fusion's two turn lists (ADR-0031, ADR-0042): the nearest turns above the threshold
     (``message_events`` without keywords) and BM25's best (``bm25_messages``), with the rows of
@@ -141,14 +150,15 @@ def message_lists(
     read here first."""
     limit = max(cfg.candidates.candidate_pool, cfg.sizes.topk_events * 4)
     if qvec is not None:
-        sem = (nearest_cte("mem_messages", "m", "message_id", message_visibility(as_of), exact_rows, small)
+        sem = (nearest_cte("mem_messages", "m", "message_id", message_visibility(as_of, scope=scope), exact_rows,
+                        exact_when_selective(small, scope))
                + ", sem AS (SELECT message_id, 1 - d AS cos FROM nn WHERE d <= %(maxd)s)")
     else:
         sem = "sem AS (SELECT NULL::text AS message_id, NULL::float8 AS cos WHERE FALSE)"
     params: dict[str, Any] = {"q": qvec, "a": agent_id, "t": as_of, "n": limit,
-                              "maxd": 1.0 - similarity_threshold(cfg, floor)}
+                              "maxd": 1.0 - similarity_threshold(cfg, floor), **narrowing_params(scope)}
     if bm25_found is None:
-        bm25_found = bm25_messages(conn, agent_id, query_text, as_of, cfg.candidates.candidate_pool)
+        bm25_found = bm25_messages(conn, agent_id, query_text, as_of, cfg.candidates.candidate_pool, scope=scope)
     params.update(bm_ids=[i for i, _ in bm25_found], bm_scores=[s for _, s in bm25_found])
     sql = f"""
         WITH {sem},

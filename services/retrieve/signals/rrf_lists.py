@@ -27,7 +27,7 @@ def keyword_query(call: RetrieveCall) -> str:
 def bm25_fact_signal(conn: Any, call: RetrieveCall) -> list[tuple[str, float]]:
     """Facts by BM25 over their subject and text (``fact_keyword``), as keyword signals."""
     found = signals.bm25_facts(conn, call.agent_id, keyword_query(call), call.as_of, call.cfg.filters.min_confidence,
-                               call.cfg.candidates.candidate_pool)
+                               call.cfg.candidates.candidate_pool, scope=call.scope)
     call.lists["fact_keyword"] = (FACT, [fid for fid, _ in found])
     return _normalised(found)
 
@@ -36,7 +36,7 @@ def message_bm25(conn: Any, call: RetrieveCall) -> list[tuple[str, float]]:
     """BM25's best turns (``message_keyword``), id and score: the part of ``message_signals``
     that needs no vector, read while the question is still being embedded (ADR-0042)."""
     return signals.bm25_messages(conn, call.agent_id, keyword_query(call), call.as_of,
-                                 call.cfg.candidates.candidate_pool)
+                                 call.cfg.candidates.candidate_pool, scope=call.scope)
 
 
 def message_signals(
@@ -48,7 +48,8 @@ def message_signals(
     statement (``message_lists``, ADR-0031); ``bm25_found``: ``message_bm25``'s, already read."""
     sig, rows, found = signals.message_lists(conn, call.agent_id, qvec, keyword_query(call), call.cfg,
                                              call.floor, call.as_of, exact_rows,
-                                             call.small.get("mem_messages"), bm25_found=bm25_found)
+                                             call.small.get("mem_messages"), bm25_found=bm25_found,
+                                             scope=call.scope)
     by_cosine = sorted(((mid, s["cosine"]) for mid, s in sig.items() if "cosine" in s),
                        key=lambda t: (-t[1], t[0]))
     call.lists["message_semantic"] = (EVENT, [mid for mid, _ in by_cosine])

@@ -8,8 +8,11 @@ from typing import Any
 
 from engramdb.services.retrieve.config import RetrieveConfig
 from engramdb.services.retrieve.signals.shared import (
+    Narrowing,
     batch,
+    exact_when_selective,
     fact_visibility,
+    narrowing_params,
     nearest_cte,
     set_hnsw,
     similarity_threshold,
@@ -25,15 +28,16 @@ def semantic_facts(
     as_of: datetime | None,
     exact_rows: int = 0,
     small: bool | None = None,
+    scope: Narrowing | None = None,
 ) -> list[tuple[str, float]]:
     """(fact_id, cosine) of the nearest facts above the similarity threshold, HNSW order
     (exact below ``exact_rows`` rows of the agent, see ``nearest_cte``, or as ``small`` says)."""
     limit = cfg.candidates.candidate_pool
-    where = f"{fact_visibility(as_of)} AND f.confidence >= %(minc)s"
+    where = f"{fact_visibility(as_of, scope=scope)} AND f.confidence >= %(minc)s"
     with batch(conn):  # the settings and the search travel in one round trip
         set_hnsw(conn, max(cfg.candidates.hnsw_ef_search, limit))
         cur = conn.execute(
-            f"WITH {nearest_cte('mem_facts', 'f', 'fact_id', where, exact_rows, small)}"
+            f"WITH {nearest_cte('mem_facts', 'f', 'fact_id', where, exact_rows, exact_when_selective(small, scope))}"
             " SELECT fact_id, 1 - d FROM nn WHERE d <= %(maxd)s ORDER BY d, fact_id",
             {
                 "q": qvec,
@@ -42,6 +46,7 @@ def semantic_facts(
                 "minc": cfg.filters.min_confidence,
                 "n": limit,
                 "maxd": 1.0 - similarity_threshold(cfg, floor),
+                **narrowing_params(scope),
             },
         )
     return [(r[0], float(r[1])) for r in cur.fetchall()]

@@ -5,11 +5,14 @@ parameter; LIKE patterns are escaped."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+# re-exported for the signals: its home is infra.pgsql, so management needs no retrieve import
+from engramdb.infra.pgsql import escape_like as escape_like
 from engramdb.services.retrieve.config import RetrieveConfig
 
 # Count caps of the IDF lookups (keyword weights, entity specificity): the counts stay cheap.
@@ -31,11 +34,59 @@ def _active_at(alias: str = "f") -> str:
     )
 
 
-def fact_visibility(as_of: datetime | None, alias: str = "f") -> str:
-    return _active_now(alias) if as_of is None else _active_at(alias)
+TURN_ALIAS = "\x00turn\x00"  # the turn alias placeholder inside a compiled narrowing
 
 
-def message_visibility(as_of: datetime | None, alias: str = "m") -> str:
+@dataclass(frozen=True)
+class Narrowing:
+    """A retrieve narrowed to some turns (``services/retrieve/scope.py`` compiles it from a
+    ``RetrieveFilter``, ADR-0047): a predicate over one turn, with its bound parameters.
+
+    A turn passes when it satisfies the predicate; a fact passes when ONE of its source turns
+    does. The visibility helpers below AND it into every candidate statement's WHERE clause,
+    under its ORDER BY / LIMIT — never a filter after the top k. Its parameters are named
+    ``nw*`` / ``mf*``, which no statement uses otherwise. ``selective``: few turns pass (a
+    capped count, ``scope.probe``) — nearest-row searches then take the exact branch over
+    the passing rows instead of an HNSW walk that would skip most of what it visits."""
+
+    turn_sql: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    selective: bool = False
+
+    def turn(self, alias: str) -> str:
+        return self.turn_sql.replace(TURN_ALIAS, alias)
+
+    def fact(self, alias: str) -> str:
+        """Selective: the fact's sources overlap the passing turns, read once per statement
+        (an InitPlan of at most ``scope.SELECTIVE_TURNS`` ids; the GIN index on
+        ``source_message_ids`` finds the facts). Else one probe of the turns' primary key per
+        row the statement visits, which a broad filter passes at once."""
+        if self.selective:
+            return (f"{alias}.source_message_ids && ARRAY(SELECT nw.message_id FROM mem_messages nw"
+                    f" WHERE nw.agent_id = %(a)s AND {self.turn('nw')})")
+        return (f"EXISTS (SELECT 1 FROM mem_messages nw WHERE nw.agent_id = {alias}.agent_id"
+                f" AND nw.message_id = ANY({alias}.source_message_ids) AND {self.turn('nw')})")
+
+
+def exact_when_selective(small: bool | None, scope: Narrowing | None) -> bool | None:
+    """``nearest_cte``'s ``small``: the exact branch when the narrowing is selective (its few
+    rows are sorted by distance), else the size gate's verdict."""
+    return True if scope is not None and scope.selective else small
+
+
+def narrowing_params(scope: Narrowing | None) -> dict[str, Any]:
+    """The narrowing's bound parameters, to merge into a statement's (none without one)."""
+    return {} if scope is None else dict(scope.params)
+
+
+def fact_visibility(as_of: datetime | None, alias: str = "f", scope: Narrowing | None = None) -> str:
+    """Facts retrieval may show now (or as of ``as_of``); with ``scope``, only those one of
+    whose source turns passes it. Without one the SQL is exactly what it always was."""
+    visible = _active_now(alias) if as_of is None else _active_at(alias)
+    return visible if scope is None else f"{visible} AND {scope.fact(alias)}"
+
+
+def message_visibility(as_of: datetime | None, alias: str = "m", scope: Narrowing | None = None) -> str:
     """Turns retrieval may show: not hidden by a retraction of a fact they sourced, nor by
     "forget the agent" (ADR-0016) — as of ``t``, only what was hidden by ``t`` counts.
 
@@ -53,13 +104,13 @@ def message_visibility(as_of: datetime | None, alias: str = "m") -> str:
         f"AND coalesce({m}.recorded_at > (SELECT max(g.forgotten_at) FROM mem_forgotten g"
         f" WHERE g.agent_id = %(a)s{forgotten_by_t}), true)"
     )
+    if scope is not None:
+        hidden = f"{hidden} AND {scope.turn(m)}"
     if as_of is None:
         return hidden
     return f"{m}.occurred_at <= %(t)s AND {m}.recorded_at <= %(t)s AND {hidden}"
 
 
-def escape_like(word: str) -> str:
-    return word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 

@@ -1,0 +1,151 @@
+"""Filtered vs unfiltered retrieve at 100k facts (issue 24, ADR-0047), in one run:
+
+    python -m bench.latency.filtered [--size 100000] [--sessions 100] [--queries 100] [--runs 3]
+                                     [--fillers 20] [--database-url URL] [--schema NAME]
+                                     [--with-embedder]
+
+Data: ``bench/latency/data.py`` with ``sessions`` (one agent of ``--size`` facts among
+``--fillers`` agents of 1k): turn ``j`` in session ``s{j % sessions}``, metadata ``channel``
+slack/email (half each) and ``tier`` gold (1 in 50), each fact drawn from one turn.
+
+Contenders, interleaved in every run (the order rotates), same queries, same process:
+- ``unfiltered``: ``Retriever.retrieve`` with no narrowing (the statements as before);
+- ``session``: narrowed to one session of ``--sessions`` (a different one per query; ~1 % of
+  the turns — selective: exact nearest rows over the passing rows);
+- ``metadata-broad``: ``{"channel": "slack"}`` (half of the turns — the per-row probe, HNSW);
+- ``metadata-rare``: ``{"tier": "gold"}`` (2 % of the turns, through the metadata GIN index);
+- ``session+metadata``: one session AND ``{"channel": "slack"}``.
+
+Printed: each contender's median over runs of p50 / p95 (ms) and the median over runs of its
+p50 ratio to ``unfiltered`` measured in the same run. The goal: every ratio <= 1.0. Without
+``--with-embedder`` the query vector is precomputed (the database work is what a filter
+changes; the embedding is the same for every contender).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+import psycopg  # noqa: E402
+from psycopg import sql  # noqa: E402
+from psycopg_pool import ConnectionPool  # noqa: E402
+
+from bench.latency.data import DIM, entity_names, load_schema, unit  # noqa: E402
+from bench.latency.report import percentile  # noqa: E402
+from bench.latency.retrieve import InLoopEmbedder, load_model, load_text, queries_for  # noqa: E402
+from bench.shared.throwaway_db import database_url  # noqa: E402
+from engramdb.infra.read_pool import open_worker_pool  # noqa: E402
+from engramdb.services.retrieve import Retriever  # noqa: E402
+from engramdb.services.retrieve.scope import RetrieveFilter  # noqa: E402
+
+Within = Callable[[int], RetrieveFilter | None]
+
+
+def contenders(sessions: int) -> dict[str, Within]:
+    return {
+        "unfiltered": lambda i: None,
+        "session": lambda i: RetrieveFilter.of(f"s{(i * 37) % sessions}"),
+        "metadata-broad": lambda i: RetrieveFilter.of(metadata={"channel": "slack"}),
+        "metadata-rare": lambda i: RetrieveFilter.of(metadata={"tier": "gold"}),
+        "session+metadata": lambda i: RetrieveFilter.of(f"s{(i * 37) % sessions}", {"channel": "slack"}),
+    }
+
+
+def run_once(retriever: Retriever, agent: str, queries: list[str], within: Within) -> tuple[list[float], int]:
+    """Each query's duration (ms) and how many returned nothing."""
+    out, empty = [], 0
+    for i, text in enumerate(queries):
+        result = retriever.retrieve(agent, text, within=within(i))
+        out.append(result.duration_ms)
+        empty += not result.facts and not result.events
+    return out, empty
+
+
+def measure(retriever: Retriever, agent: str, queries: list[str], sessions: int, runs: int) -> dict[str, Any]:
+    named = contenders(sessions)
+    for within in named.values():  # warm-up: caches, prepared statements, pools
+        run_once(retriever, agent, queries[:10], within)
+    p50s: dict[str, list[float]] = {k: [] for k in named}
+    p95s: dict[str, list[float]] = {k: [] for k in named}
+    ratios: dict[str, list[float]] = {k: [] for k in named}
+    empties: dict[str, int] = dict.fromkeys(named, 0)
+    labels = list(named)
+    for r in range(runs):
+        this: dict[str, float] = {}
+        for label in labels[r % len(labels):] + labels[: r % len(labels)]:
+            times, empty = run_once(retriever, agent, queries, named[label])
+            this[label] = percentile(times, 50)
+            p50s[label].append(this[label])
+            p95s[label].append(percentile(times, 95))
+            empties[label] += empty
+        for label in labels:
+            ratios[label].append(this[label] / this["unfiltered"])
+    return {label: {"p50": statistics.median(p50s[label]), "p95": statistics.median(p95s[label]),
+                    "p50_runs": p50s[label], "ratio_p50": statistics.median(ratios[label]),
+                    "empty": empties[label] / runs}
+            for label in labels}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    ap.add_argument("--size", type=int, default=100_000)
+    ap.add_argument("--sessions", type=int, default=100)
+    ap.add_argument("--queries", type=int, default=100)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--fillers", type=int, default=20)
+    ap.add_argument("--database-url", default=os.environ.get("ENGRAMDB_BENCH_DATABASE_URL"))
+    ap.add_argument("--schema", help="schema name; reused (no load) when it already holds the data; kept")
+    ap.add_argument("--with-embedder", action="store_true", help="embed each query with the offline model too")
+    args = ap.parse_args(argv)
+    rng = np.random.default_rng(7)
+    vocab = [f"w{i:04d}x" for i in range(2000)]
+    centroids = unit(rng.normal(size=(400, DIM)).astype(np.float32))
+    schema = args.schema or f"bench_flt_{uuid.uuid4().hex[:8]}"
+    agent = f"bench-{args.size}"
+    with database_url(args.database_url) as url:
+        try:
+            with psycopg.connect(url, autocommit=True) as conn:
+                exists = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone()
+            if exists:
+                names = {agent: entity_names(args.size, vocab)}
+                print(f"reusing schema {schema}")
+            else:
+                names = load_schema(url, schema, [args.size], args.fillers, rng, centroids, vocab,
+                                    sessions=args.sessions)
+            embedder = InLoopEmbedder(load_model(not args.with_embedder))
+            pool = ConnectionPool(url, min_size=6, max_size=8,
+                                  kwargs={"options": f"-c search_path={schema},public"})
+            pool.wait()
+            workers = open_worker_pool(url, schema)
+            retriever = Retriever(pool, embedder, worker_pool=workers)
+            queries = queries_for(args.size, args.queries, names[agent], vocab, centroids, embedder)
+            before = load_text()
+            got = measure(retriever, agent, queries, args.sessions, args.runs)
+            print(f"\nfiltered vs unfiltered retrieve, {args.size} facts ({args.sessions} sessions, "
+                  f"+{args.fillers} agents of 1k), {args.runs} runs x {args.queries} queries, "
+                  f"{'WITH' if embedder.model is not None else 'without'} the query embedding")
+            print(f"{'contender':<18} {'p50 ms':>8} {'p95 ms':>8} {'x unfiltered p50':>17} {'empty':>6}  p50 per run")
+            for label, s in got.items():
+                runs_txt = " ".join(f"{v:.1f}" for v in s["p50_runs"])
+                print(f"{label:<18} {s['p50']:8.1f} {s['p95']:8.1f} {s['ratio_p50']:17.2f} "
+                      f"{s['empty']:6.1f}  {runs_txt}")
+            print(f"{before} before, {load_text()} after")
+            retriever.close()
+            workers.close()
+            pool.close()
+        finally:
+            if not args.schema:
+                with psycopg.connect(url, autocommit=True) as conn:
+                    conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+if __name__ == "__main__":
+    main()

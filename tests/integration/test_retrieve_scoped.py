@@ -1,0 +1,207 @@
+"""Retrieve narrowed to a session or a metadata filter (issue 24, ADR-0047) on real PostgreSQL.
+
+Isolation between sessions is tested like isolation between agents: a query whose best match
+sits in another session (the very words of that session's turn) never returns it — not as a
+fact, not as a turn, not in the context — through every signal (semantic, keyword/BM25,
+entity graph, the turns' lists, spreading) and both rankings. The EXPLAIN of the semantic and
+keyword statements the pipeline sends shows the narrowing under their Limit. An unfiltered
+call sends exactly the statements it sent before (no predicate at all).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+
+from engramdb.infra.pgsql import vector_literal
+from engramdb.infra.providers.scripted import HashEmbedder
+from engramdb.services.memory.facade import Memory
+from engramdb.services.retrieve import scope as scope_module
+from engramdb.services.retrieve.config import RetrieveConfig
+from engramdb.services.retrieve.scope import RetrieveFilter, narrowing, probe
+from engramdb.services.retrieve.signals import bm25, graph, keyword, messages, semantic
+from engramdb.services.retrieve.signals.shared import fact_visibility, message_visibility
+
+SESSIONS = {
+    "s-home": ("I live in Recife with my cat Nina.", {"channel": "slack", "tags": ["home"]}),
+    "s-work": ("I work at Acme as a welder.", {"channel": "email", "tags": ["work"]}),
+    "s-hobby": ("I play the cello on Sundays.", {"channel": "slack", "tags": ["music"]}),
+    "s-move": ("I bought a red bicycle called Rex.", {"channel": "phone", "tags": ["home"]}),
+}
+RANKINGS = [{}, {"ranking": "formula"}]
+
+
+@pytest.fixture(params=["selective", "broad"])
+def memory(request: pytest.FixtureRequest, fresh_schema: Any, agent_id: str,
+           monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Both forms of the fact predicate: few passing turns (the overlap with the passing
+    turns' ids, exact nearest rows) and many (a probe of the turns per row, HNSW)."""
+    if request.param == "broad":
+        monkeypatch.setattr(scope_module, "SELECTIVE_TURNS", 0)
+    _schema, env = fresh_schema("scoped")
+    with Memory.open(env=env, embedder=HashEmbedder(384), llm=None, quiet=True) as mem:
+        last = None
+        for session, (text, meta) in SESSIONS.items():
+            last = mem.write(agent_id, text, speaker="Ana", session_id=session, metadata=meta)
+        mem.wait_for_projections(last.position if last else None, agent_id=agent_id)
+        yield mem
+
+
+def _sessions_of(mem: Memory, agent_id: str, result: Any) -> set[str]:
+    """The sessions of every fact's sources and every turn the result returned."""
+    turns = {t.message_id: t.session_id for t in mem.list_messages(agent_id, limit=100).items}
+    out = {e.session_id for e in result.events}
+    for fact in result.facts:
+        out |= {turns[m] for m in fact.source_message_ids if m in turns}
+    return out
+
+
+@pytest.mark.parametrize("overrides", RANKINGS)
+def test_a_session_never_sees_another_sessions_best_match(memory: Memory, agent_id: str,
+                                                          overrides: dict[str, Any]) -> None:
+    home_text = SESSIONS["s-home"][0]
+    wide = memory.retrieve(agent_id, home_text, config_overrides=overrides)
+    assert "Recife" in wide.context  # unfiltered, the best match is found
+    for query in (home_text, "Where does Ana live? Recife cat Nina", "Nina", "Ana"):
+        got = memory.retrieve(agent_id, query, session_id="s-work", config_overrides=overrides)
+        assert _sessions_of(memory, agent_id, got) <= {"s-work"}, (query, got.facts, got.events)
+        assert "Recife" not in got.context and "Nina" not in got.context, got.context
+        assert not got.profiles and not got.patterns
+    both = memory.retrieve(agent_id, "Where does Ana live?", session_id=["s-home", "s-move"],
+                           config_overrides=overrides)
+    assert _sessions_of(memory, agent_id, both) <= {"s-home", "s-move"}
+    assert "Acme" not in both.context and "cello" not in both.context
+
+
+@pytest.mark.parametrize("overrides", RANKINGS)
+def test_metadata_narrowing(memory: Memory, agent_id: str, overrides: dict[str, Any]) -> None:
+    got = memory.retrieve(agent_id, "Recife cat Nina, bicycle Rex", config_overrides=overrides,
+                          metadata={"tags": {"contains": "home"}, "channel": {"ne": "slack"}})
+    assert _sessions_of(memory, agent_id, got) <= {"s-move"}
+    assert "Recife" not in got.context and "bicycle" in got.context
+    slack = memory.retrieve(agent_id, "bicycle called Rex", metadata={"channel": "slack"},
+                            config_overrides=overrides)
+    assert _sessions_of(memory, agent_id, slack) <= {"s-home", "s-hobby"}
+    assert "bicycle" not in slack.context and "Rex" not in slack.context
+    # session AND metadata: the same turn must satisfy both
+    none = memory.retrieve(agent_id, "bicycle", session_id="s-move", metadata={"channel": "slack"},
+                           config_overrides=overrides)
+    assert not none.facts and not none.events
+
+
+def test_bad_narrowing_is_a_value_error(memory: Memory, agent_id: str) -> None:
+    with pytest.raises(ValueError, match="unknown operator"):
+        memory.retrieve(agent_id, "x", metadata={"channel": {"like": "s%"}})
+    with pytest.raises(ValueError, match="session_id"):
+        memory.retrieve(agent_id, "x", session_id=[])
+    with pytest.raises(ValueError, match="session_id"):
+        memory.retrieve(agent_id, "x", session_id=[3])  # type: ignore[list-item]
+
+
+def _schema_conn(memory: Memory, pg_url: str) -> psycopg.Connection[Any]:
+    conn = psycopg.connect(pg_url)
+    conn.execute(f'SET search_path TO "{memory.cells[0].schema}", public')
+    return conn
+
+
+@pytest.mark.parametrize("selective", [False, True])
+def test_every_signal_statement_is_narrowed(memory: Memory, agent_id: str, pg_url: str,
+                                            selective: bool) -> None:
+    """Each signal on its own, asked with the other session's own words / entities: nothing of
+    it comes back, while the same call unnarrowed finds it (both the probe-per-row and the
+    selective form of the fact predicate)."""
+    cfg = RetrieveConfig()
+    emb = HashEmbedder(384)
+    home_text = SESSIONS["s-home"][0]
+    qvec = vector_literal(emb.embed([home_text])[0])
+    base = narrowing(RetrieveFilter.of("s-work"))
+    with _schema_conn(memory, pg_url) as conn:
+        scope = probe(conn, agent_id, base, cap=1000 if selective else 0)
+        assert scope is not None and scope.selective is selective
+        facts = {f.fact_id: f for f in memory.list_facts(agent_id, limit=100).items}
+        home = {fid for fid, f in facts.items() if "Recife" in f.text}
+        assert home, [f.text for f in facts.values()]
+        turns = {t.message_id: t.session_id for t in memory.list_messages(agent_id, limit=100).items}
+        home_turns = {m for m, s in turns.items() if s == "s-home"}
+        checks = {
+            "semantic": lambda s: {i for i, _ in semantic.semantic_facts(conn, agent_id, qvec, cfg, 0.0, None, scope=s)},
+            "keyword": lambda s: {i for i, _ in keyword.keyword_facts(conn, agent_id, ["recife", "nina"], cfg, None,
+                                                                      scope=s)},
+            "bm25": lambda s: {i for i, _ in bm25.bm25_facts(conn, agent_id, home_text, None, 0.0, 50, scope=s)},
+            "graph": lambda s: {i for _, i in graph.linked_with_specificity(
+                conn, agent_id, sorted({facts[f].entity_key for f in home}), 50, cfg, None, scope=s)[0]},
+        }
+        for name, run in checks.items():
+            assert run(None) & home, name  # the signal does find it unnarrowed
+            assert not run(scope) & home, name
+        turn_checks = {
+            "turns": lambda s: {r[0] for r in messages.message_lists(conn, agent_id, qvec, home_text, cfg, 0.0, None,
+                                                                     scope=s)[1]},
+            "turns-keyword": lambda s: set(messages.message_events(conn, agent_id, qvec, ["recife"], cfg, 0.0, None,
+                                                                   scope=s)[0]),
+            "turns-bm25": lambda s: {i for i, _ in bm25.bm25_messages(conn, agent_id, home_text, None, 50, scope=s)},
+        }
+        for name, run in turn_checks.items():
+            assert run(None) & home_turns, name
+            assert not run(scope) & home_turns, name
+
+
+def test_unfiltered_statements_carry_no_predicate() -> None:
+    for as_of in (None, "t"):
+        assert fact_visibility(as_of) == fact_visibility(as_of, scope=None)  # type: ignore[arg-type]
+        assert "mem_messages nw" not in fact_visibility(as_of)  # type: ignore[arg-type]
+        assert "nw" not in message_visibility(as_of)  # type: ignore[arg-type]
+    assert narrowing(None) is None and RetrieveFilter.of(None, None) is None
+
+
+def _explain(conn: Any, sql: str, params: dict[str, Any]) -> str:
+    return "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql, params).fetchall())
+
+
+def test_explain_shows_the_narrowing_under_the_limit(memory: Memory, agent_id: str, pg_url: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The very semantic and keyword (BM25) statements a narrowed retrieve sends: EXPLAINed, the
+    session predicate is a filter below the Limit node, never a step after it."""
+    sent: list[tuple[str, dict[str, Any]]] = []
+    real_execute = psycopg.Connection.execute
+
+    def spy(self: Any, query: Any, params: Any = None, **kw: Any) -> Any:
+        if isinstance(query, str) and isinstance(params, dict) and "nws" in params:
+            sent.append((query, dict(params)))
+        return real_execute(self, query, params, **kw)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", spy)
+    memory.retrieve(agent_id, "Where does Ana live? Recife", session_id="s-work",
+                    config_overrides={"ranking": "formula"})
+    memory.retrieve(agent_id, "Where does Ana live? Recife", session_id="s-work")
+    monkeypatch.undo()
+    semantic_sql = next(s for s in sent if "FROM mem_facts f" in s[0] and "embedding <=>" in s[0]
+                        and "nn AS MATERIALIZED" in s[0])
+    keyword_sql = next(s for s in sent if "FROM mem_facts f" in s[0] and "/ %(k)s AS s" in s[0])
+    bm25_sql = next(s for s in sent if "search_tsv" in s[0] and "mem_facts" in s[0])
+    with _schema_conn(memory, pg_url) as conn:
+        for name, (sql, params) in {"semantic": semantic_sql, "keyword": keyword_sql, "bm25": bm25_sql}.items():
+            plan = _explain(conn, sql, params)
+            assert "session_id = ANY" in plan and "Limit" in plan, (name, plan)
+            assert plan.index("Limit") < plan.rindex("session_id = ANY"), (name, plan)
+
+
+def test_async_retrieve_takes_the_same_narrowing(memory: Memory, agent_id: str) -> None:
+    import asyncio
+
+    from engramdb.services.memory.async_facade import AsyncMemory
+
+    async def go() -> Any:
+        amem = AsyncMemory(memory)
+        try:
+            return await amem.retrieve(agent_id, SESSIONS["s-home"][0], session_id="s-work")
+        finally:
+            await amem.aclose() if hasattr(amem, "aclose") else None
+
+    got = asyncio.run(go())
+    sync = memory.retrieve(agent_id, SESSIONS["s-home"][0], session_id="s-work")
+    assert [f.fact_id for f in got.facts] == [f.fact_id for f in sync.facts]
+    assert [e.message_id for e in got.events] == [e.message_id for e in sync.events]
+    assert "Recife" not in got.context
