@@ -112,8 +112,9 @@ def serve(
     from engramdb.services.entrypoints.serve.server import run_server
 
     polish.plain_logs()
-    with cli_user_errors(mistakes=()):
+    with cli_user_errors():  # a bad setting is the user's mistake: one line, not a traceback
         settings = load_settings()
+    with cli_user_errors(mistakes=()):
         http = {k: v for k, v in (("http_host", host), ("http_port", port)) if v is not None}
         run_server(role=role, settings=settings.model_copy(update=http) if http else settings)
 
