@@ -24,6 +24,12 @@ from engramdb.domain.keys import agent_aggregate_id
 from engramdb.domain.vitality import bucket_of
 
 
+def _no_model(state: dict[str, Any]) -> None:
+    """Version 1 -> 2 of ``ProfileRefreshed`` / ``ConsolidationReviewed``: stored before
+    operations named their models (ADR-0052), so who answered is not known."""
+    state["model"] = None
+
+
 def agent_jobs_id(agent_id: str) -> UUID:
     """Derived from the agent's aggregate id: every job process finds the same aggregate."""
     return uuid5(agent_aggregate_id(agent_id), "jobs")
@@ -99,7 +105,8 @@ class AgentJobs(Aggregate):
         """An English profile of an entity from its active facts. ``method`` is
         ``template-v1`` offline or ``llm:<prompt version>`` (the answer is ``llm_output``,
         so a replay never asks again); ``reference_time`` is the memory clock it was made at
-        (the refresh interval is measured on it)."""
+        (the refresh interval is measured on it). Version 2 added ``model``: the provider
+        that wrote it (ADR-0052; ``None`` offline, and for version-1 events, upcast)."""
 
         agent_id: str
         entity_key: str
@@ -108,6 +115,10 @@ class AgentJobs(Aggregate):
         fact_ids: list[str]
         llm_output: str | None
         reference_time: datetime
+        model: str | None
+
+        class_version = 2
+        upcast_v1_v2 = staticmethod(_no_model)
 
     class FactVitalityAssessed(Aggregate.Event):
         """Vitality of the facts whose score bucket changed (``facts``: id -> score) and,
@@ -124,13 +135,18 @@ class AgentJobs(Aggregate):
         """An LLM reviewed the agent's recent facts (ADR-0030). ``input_digest`` hashes the
         prompt it was given (the same input is never sent again), ``llm_output`` is its raw
         answer (a replay never asks again; an answer with no pattern is recorded too), and
-        ``pattern_ids`` the ``PatternObserved`` ids it stands behind."""
+        ``pattern_ids`` the ``PatternObserved`` ids it stands behind. Version 2 added
+        ``model``: the provider that reviewed (ADR-0052; ``None`` for version-1 events)."""
 
         agent_id: str
         method: str
         input_digest: str
         llm_output: str
         pattern_ids: list[str]
+        model: str | None
+
+        class_version = 2
+        upcast_v1_v2 = staticmethod(_no_model)
 
     @staticmethod
     def create_id(agent_id: str) -> UUID:  # type: ignore[override]
@@ -259,20 +275,21 @@ class AgentJobs(Aggregate):
         self.state_of("communities").pop(community_id, None)
 
     def refresh_profile(self, entity_key: str, text: str, method: str, fact_ids: list[str],
-                        reference_time: datetime, llm_output: str | None = None) -> bool:
+                        reference_time: datetime, llm_output: str | None = None,
+                        model: str | None = None) -> bool:
         """Record a profile unless the entity already has this text from these facts."""
         fact_ids = sorted(set(fact_ids))
         if self.state_of("profiles").get(entity_key, [None, None, None])[1:] == [text, fact_ids]:
             return False
         self._profile_refreshed(agent_id=self.agent_id, entity_key=entity_key, text=text,
                                 method=method, fact_ids=fact_ids, llm_output=llm_output,
-                                reference_time=reference_time)
+                                reference_time=reference_time, model=model)
         return True
 
     @event(ProfileRefreshed)
     def _profile_refreshed(self, agent_id: str, entity_key: str, text: str, method: str,
                            fact_ids: list[str], llm_output: str | None,
-                           reference_time: datetime) -> None:
+                           reference_time: datetime, model: str | None) -> None:
         # entity_key -> [reference time (ISO), text, fact ids]
         self.state_of("profiles")[entity_key] = [reference_time.isoformat(), text, list(fact_ids)]
 
@@ -300,19 +317,20 @@ class AgentJobs(Aggregate):
 
 
     def review_consolidation(self, method: str, input_digest: str, llm_output: str,
-                             pattern_ids: list[str]) -> bool:
+                             pattern_ids: list[str], model: str | None = None) -> bool:
         """Record an LLM review unless this input was reviewed with this outcome already."""
         pattern_ids = sorted(set(pattern_ids))
         if self.state_of("consolidation_llm").get("review") == [input_digest, pattern_ids]:
             return False
         self._consolidation_reviewed(agent_id=self.agent_id, method=method,
                                      input_digest=input_digest, llm_output=llm_output,
-                                     pattern_ids=pattern_ids)
+                                     pattern_ids=pattern_ids, model=model)
         return True
 
     @event(ConsolidationReviewed)
     def _consolidation_reviewed(self, agent_id: str, method: str, input_digest: str,
-                                llm_output: str, pattern_ids: list[str]) -> None:
+                                llm_output: str, pattern_ids: list[str],
+                                model: str | None) -> None:
         self.state_of("consolidation_llm")["review"] = [input_digest, list(pattern_ids)]
 
 

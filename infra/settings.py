@@ -10,8 +10,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from engramdb.infra.llm_routes import OPERATIONS, PARTS, resolve_routes
 
 
 def _default_data_dir() -> Path:
@@ -22,7 +24,9 @@ def _default_data_dir() -> Path:
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="ENGRAMDB_", env_file=None, extra="ignore")
+    # hide_input_in_errors: an error must never print the values (API keys among them)
+    model_config = SettingsConfigDict(env_prefix="ENGRAMDB_", env_file=None, extra="ignore",
+                                      hide_input_in_errors=True)
 
     database_url: str | None = Field(
         default=None, description="postgresql://user:pass@host:port/db; unset = embedded"
@@ -43,6 +47,28 @@ class Settings(BaseSettings):
     llm_model: str = "gpt-4o-mini"
     llm_timeout_sec: float = 30.0
     llm_max_retries: int = 3
+    # A model per operation (ADR-0052, ``infra/llm_routes.py``): unset = the global one above
+    llm_extraction_model: str | None = Field(default=None, description="extraction (and the "
+                                             "ADD/UPDATE/NOOP it proposes): model")
+    llm_extraction_base_url: str | None = None
+    llm_extraction_api_key: str | None = None
+    llm_extraction_timeout_sec: float | None = Field(default=None, gt=0)
+    llm_resolution_model: str | None = Field(default=None, description="entity resolution")
+    llm_resolution_base_url: str | None = None
+    llm_resolution_api_key: str | None = None
+    llm_resolution_timeout_sec: float | None = Field(default=None, gt=0)
+    llm_rerank_model: str | None = Field(default=None, description="the retrieve reranker")
+    llm_rerank_base_url: str | None = None
+    llm_rerank_api_key: str | None = None
+    llm_rerank_timeout_sec: float | None = Field(default=None, gt=0)
+    llm_consolidation_model: str | None = Field(default=None, description="consolidation job")
+    llm_consolidation_base_url: str | None = None
+    llm_consolidation_api_key: str | None = None
+    llm_consolidation_timeout_sec: float | None = Field(default=None, gt=0)
+    llm_profiles_model: str | None = Field(default=None, description="entity profiles job")
+    llm_profiles_base_url: str | None = None
+    llm_profiles_api_key: str | None = None
+    llm_profiles_timeout_sec: float | None = Field(default=None, gt=0)
     openai_embedding_model: str | None = Field(
         default=None, description="use an OpenAI-compatible embedding model instead of offline"
     )
@@ -114,12 +140,19 @@ class Settings(BaseSettings):
         "is redelivered (a live one sends 'working' heartbeats, so slow writes are not)",
     )
 
-    @field_validator("llm_api_key", "llm_base_url", "openai_embedding_model", mode="before")
+    @field_validator("llm_api_key", "llm_base_url", "openai_embedding_model",
+                     *(f"llm_{op}_{part}" for op in OPERATIONS for part in PARTS), mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         """``VAR=""`` means unset: docker-compose's ``${OPENAI_BASE_URL:-}`` passes an empty
         string, which the OpenAI client would take as its base URL (no request could work)."""
         return None if isinstance(value, str) and not value.strip() else value
+
+    @model_validator(mode="after")
+    def _llm_routes_resolve(self) -> Settings:
+        """A per-operation LLM setting that cannot take effect is an error at start-up."""
+        resolve_routes(self)
+        return self
 
 
 def load_settings() -> Settings:

@@ -22,6 +22,8 @@ OTHER_KNOWN = frozenset({
 #: the test suite's and the benchmarks' own knobs (ENGRAMDB_TEST_DATABASE_URL, ...): CI
 #: exports some of them to every command it runs, so they must never draw a warning
 HARNESS_PREFIXES = ("ENGRAMDB_TEST_", "ENGRAMDB_BENCH_")
+#: an operation without a model of its own (issue 25 lists it; ``infra/llm_routes.py``)
+NO_OWN_LLM = "ENGRAMDB_LLM_RECONCILIATION_"
 
 
 def known_variables() -> frozenset[str]:
@@ -40,5 +42,8 @@ def unknown_variables(environ: Mapping[str, str]) -> list[str]:
     for name in sorted(n for n in environ if _is_unknown(n, known)):
         close = difflib.get_close_matches(name.upper(), sorted(known), n=1, cutoff=0.75)
         hint = f" (did you mean {close[0]}?)" if close else ""
+        if name.upper().startswith(NO_OWN_LLM):
+            hint = (" (reconciliation makes no LLM call: the extraction model proposes ADD / "
+                    "UPDATE / NOOP, so set ENGRAMDB_LLM_EXTRACTION_* instead; ADR-0052)")
         lines.append(f"warning: {name} is not an engramdb setting{hint}; it is ignored")
     return lines

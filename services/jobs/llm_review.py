@@ -114,7 +114,7 @@ def _pid(fact_ids: list[str]) -> str:
 def review(ctx: JobContext, jobs: AgentJobs, rows: list[Any]) -> tuple[Found, str | None]:
     """(patterns the LLM stands behind, the new raw answer or None when not asked). Raises
     ``ReviewFailed`` after a failed call (the caller saves the rest first)."""
-    llm = getattr(ctx.memory, "llm", None)
+    llm, timeout = ctx.llm("consolidation")
     facts = recent_facts(rows)
     if llm is None or len(facts) < MIN_FACTS:
         return {}, None
@@ -135,7 +135,7 @@ def review(ctx: JobContext, jobs: AgentJobs, rows: list[Any]) -> tuple[Found, st
                                   {"role": "user", "content": user}],
                                  temperature=0, response_format=response_format(),
                                  max_tokens=consolidation_max_tokens()),
-            ctx.llm_timeout_sec, name="engramdb-consolidation")
+            timeout, name="engramdb-consolidation")
     except Exception as exc:  # provider error, timeout, ProviderTruncated: nothing recorded
         raise ReviewFailed(f"consolidation LLM call failed: {type(exc).__name__}: {exc}") from None
     parsed = parse(answer or "", ids)
@@ -145,5 +145,5 @@ def review(ctx: JobContext, jobs: AgentJobs, rows: list[Any]) -> tuple[Found, st
         messages = sorted({m for r in facts if r[0] in cited for m in (r[9] or [])[:1]})
         found[_pid(cited)] = (p.kind.strip().lower() or "other", " ".join(p.text.split()),
                               cited, messages, round(p.confidence, 3))
-    jobs.review_consolidation(METHOD, digest, answer, sorted(found))
+    jobs.review_consolidation(METHOD, digest, answer, sorted(found), model=llm.name)
     return found, answer

@@ -59,7 +59,7 @@ def _trim(answer: str) -> str:
 
 
 def llm_profile(ctx: JobContext, llm: Any, name: str, entity_type: str,
-                texts: list[str]) -> tuple[str, str]:
+                texts: list[str], timeout: float | None = None) -> tuple[str, str]:
     """(profile, raw answer) from the LLM; raises on failure or an empty answer."""
     system, user = load_prompt(PROMPT).render(
         {"name": name, "entity_type": entity_type, "facts": "\n".join(f"- {t}" for t in texts)})
@@ -67,7 +67,7 @@ def llm_profile(ctx: JobContext, llm: Any, name: str, entity_type: str,
         lambda: llm.complete([{"role": "system", "content": system},
                               {"role": "user", "content": user}],
                              temperature=0, max_tokens=profile_max_tokens()),
-        ctx.llm_timeout_sec, name="engramdb-profile")
+        ctx.llm_timeout_sec if timeout is None else timeout, name="engramdb-profile")
     text = _trim(answer or "")
     if not text:
         raise ValueError("the LLM answered an empty profile")
@@ -95,7 +95,7 @@ def run(ctx: JobContext, agent_id: str) -> int:
     jobs = ctx.jobs_aggregate(agent_id)
     standing = jobs.state_of("profiles")
     interval = timedelta(days=ctx.summary_refresh_interval_days)
-    llm = getattr(ctx.memory, "llm", None)
+    llm, timeout = ctx.llm("profiles")
     changed = failed = 0
     for key, (name, etype, facts) in by_entity.items():
         ids, texts = [f for f, _ in facts], [t for _, t in facts]
@@ -107,13 +107,14 @@ def run(ctx: JobContext, agent_id: str) -> int:
             text, method = template_profile(name, etype, texts), TEMPLATE
         else:
             try:
-                text, output = llm_profile(ctx, llm, name, etype, texts)
+                text, output = llm_profile(ctx, llm, name, etype, texts, timeout)
             except Exception as exc:  # provider error, timeout, empty: retried next run
                 log.warning("profile of %s (%s) not refreshed: %s", key, agent_id, exc)
                 failed += 1
                 continue
             method = f"llm:{PROMPT}"
-        changed += jobs.refresh_profile(key, text, method, ids, clock, llm_output=output)
+        changed += jobs.refresh_profile(key, text, method, ids, clock, llm_output=output,
+                                        model=None if llm is None else llm.name)
     if changed:
         ctx.save(jobs)
     if failed and not changed:

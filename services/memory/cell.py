@@ -18,9 +18,10 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
-from engramdb.domain.ports import EmbeddingProvider, LLMProvider
+from engramdb.domain.ports import EmbeddingProvider
 from engramdb.infra.cells import CellSpec
 from engramdb.infra.database import DatabaseConfig, es_env_from_url
+from engramdb.infra.providers.operations import OperationLLMs
 from engramdb.infra.read_pool import open_read_pool, open_worker_pool
 from engramdb.projections.rebuild import RebuildReport
 from engramdb.projections.runner import ProjectionSet, tracking_positions, wait_for_position
@@ -40,7 +41,7 @@ class Cell:
         database: DatabaseConfig,
         *,
         embedder: EmbeddingProvider,
-        llm: LLMProvider | None,
+        llms: OperationLLMs,
         extractor: Any,
         start_projectors: bool = True,
         write_config: WriteConfig | None = None,
@@ -51,7 +52,7 @@ class Cell:
         self.env = database.env
         self.schema = database.env.get("POSTGRES_SCHEMA", "public")
         self.embedder = embedder
-        self.llm = llm
+        self.llms = llms  # resolution and rerank use theirs (ADR-0052)
         self.app = EventLog(self.env)
         # the read-side pools, owned here: the read pool is lent to every reader of the read
         # models, the worker pool only to the retriever's workers (ADR-0010: no deadlock)
@@ -60,10 +61,11 @@ class Cell:
         make = ProjectionSet.start if start_projectors else ProjectionSet
         self.projections = make(EventLog, self.env, embedder, on_restart=on_restart)
         self.pipeline = WritePipeline(
-            self.app, extractor, PreRetrieval(self.pool), resolver_llm=llm, config=write_config
+            self.app, extractor, PreRetrieval(self.pool), resolver_llm=llms.get("resolution"),
+            config=write_config
         )
         self.retriever = Retriever(
-            self.pool, embedder, llm=llm, wait_for_position=self.wait_for_projections,
+            self.pool, embedder, llm=llms.get("rerank"), wait_for_position=self.wait_for_projections,
             worker_pool=self.worker_pool,
         )
 

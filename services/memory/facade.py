@@ -26,27 +26,24 @@ from engramdb.infra.database import (
     resolve_database,
 )
 from engramdb.infra.embedded_postgres import PostgresHandle
-from engramdb.infra.providers.factory import make_embedder, make_llm
+from engramdb.infra.providers.factory import make_embedder
+from engramdb.infra.providers.operations import OperationLLMs
 from engramdb.infra.settings import Settings, load_settings
 from engramdb.projections.rebuild import RebuildReport
-from engramdb.services.extraction import Extractor, LLMExtractor, RuleBasedExtractor
+from engramdb.services.extraction import Extractor
 from engramdb.services.extraction.rule_based import OFFLINE_NOTICE
 from engramdb.services.management.audit import agent_history, fact_history, facts_as_of
 from engramdb.services.management.audit_models import FactSnapshot, HistoryEntry
 from engramdb.services.management.commands import dry_run_write
-from engramdb.services.management.pending import (
-    PendingExtraction,
-    ReprocessReport,
-    count_pending,
-    list_pending,
-    reextract_pending,
-)
+from engramdb.services.management.pending import count_pending
 from engramdb.services.management.retrier import retrier_holder
 from engramdb.services.memory.cell import Cell, cell_databases
 from engramdb.services.memory.facade_edit import EditMixin
 from engramdb.services.memory.facade_flows import FlowsMixin
 from engramdb.services.memory.facade_inspect import InspectMixin
 from engramdb.services.memory.facade_management import ManageMixin
+from engramdb.services.memory.facade_pending import PendingMixin
+from engramdb.services.memory.llm_choice import LLMsMixin, choose_extractor, choose_llms
 from engramdb.services.memory.router import (
     CellPipelines,
     CellRouter,
@@ -64,7 +61,9 @@ from engramdb.services.write.pipeline import WriteConfig, WritePipeline, WriteRe
 _UNSET: Any = object()
 
 
-class Memory(SingleCellMixin, ManageMixin, InspectMixin, EditMixin, FlowsMixin):
+class Memory(
+    LLMsMixin, SingleCellMixin, ManageMixin, InspectMixin, EditMixin, FlowsMixin, PendingMixin
+):
     """Long-term memory for agents. Open with ``Memory.open()``; close (or use ``with``).
 
     Agents live in cells (``ENGRAMDB_CELLS``, ADR-0028): every per-agent call goes to the
@@ -77,7 +76,7 @@ class Memory(SingleCellMixin, ManageMixin, InspectMixin, EditMixin, FlowsMixin):
         *,
         cells: Sequence[tuple[str, DatabaseConfig]],
         embedder: EmbeddingProvider,
-        llm: LLMProvider | None,
+        llm: LLMProvider | OperationLLMs | None,
         extractor: Extractor,
         start_projectors: bool = True,
         write_config: WriteConfig | None = None,
@@ -92,7 +91,8 @@ class Memory(SingleCellMixin, ManageMixin, InspectMixin, EditMixin, FlowsMixin):
         self.metrics = metrics or Metrics()
         self.max_lag = max_lag
         self.embedder = embedder
-        self.llm = llm
+        #: each LLM operation's provider (ADR-0052); ``llm`` is the extraction one
+        self.llms = llm if isinstance(llm, OperationLLMs) else OperationLLMs.same(llm)
         self.extractor = extractor
         self._handle = handle
         built: list[Cell] = []
@@ -104,7 +104,7 @@ class Memory(SingleCellMixin, ManageMixin, InspectMixin, EditMixin, FlowsMixin):
                 with exclusive(database.url, "setup", database.schema):
                     ensure_extensions(database.url, database.schema)
                     built.append(Cell(
-                        name, database, embedder=embedder, llm=llm, extractor=extractor,
+                        name, database, embedder=embedder, llms=self.llms, extractor=extractor,
                         start_projectors=start_projectors, write_config=write_config,
                         on_restart=self._restart_counter(label),
                     ))
@@ -150,6 +150,7 @@ class Memory(SingleCellMixin, ManageMixin, InspectMixin, EditMixin, FlowsMixin):
         settings: Settings | None = None,
         *,
         llm: LLMProvider | None = _UNSET,
+        llms: Mapping[str, LLMProvider | None] | None = None,
         embedder: EmbeddingProvider | None = None,
         extractor: Extractor | None = None,
         env: dict[str, str] | None = None,
@@ -162,7 +163,9 @@ class Memory(SingleCellMixin, ManageMixin, InspectMixin, EditMixin, FlowsMixin):
 
         ``env`` (eventsourcing's ``POSTGRES_*`` variables) wins over ``database_url``, which
         wins over ``settings``. ``llm`` defaults to the one configured in settings (``None``
-        when no key/base URL); pass ``llm=None`` to force the offline extractor.
+        when no key/base URL), per operation (ADR-0052); ``llm=p`` is ``p`` for every
+        operation, ``llm=None`` forces the offline extractor; ``llms={"rerank": q}`` gives
+        some operations their own provider on top.
         ``settings.cells`` (``ENGRAMDB_CELLS``) hashes agents over several stores derived from
         that database (ADR-0028); unset, the one store is exactly that database and schema.
         """
@@ -181,20 +184,15 @@ class Memory(SingleCellMixin, ManageMixin, InspectMixin, EditMixin, FlowsMixin):
         else:
             database = resolve_database(settings)
         metrics = Metrics()
-        chosen_llm = metrics.count_llm_errors(make_llm(settings) if llm is _UNSET else llm)
+        chosen = choose_llms(settings, llm, _UNSET, llms, metrics)
         chosen_embedder = embedder or make_embedder(settings)
-        notice = False
-        if extractor is None:
-            if chosen_llm is not None:
-                extractor = LLMExtractor(chosen_llm, timeout_sec=settings.llm_timeout_sec)
-            else:
-                extractor = RuleBasedExtractor()
-                notice = not quiet
+        notice = extractor is None and chosen.get("extraction") is None and not quiet
+        extractor = extractor or choose_extractor(settings, chosen)
         try:
             memory = cls(
                 cells=cell_databases(database, parse_cells(settings.cells, database.schema)),
                 embedder=chosen_embedder,
-                llm=chosen_llm,
+                llm=chosen,
                 extractor=extractor,
                 start_projectors=start_projectors,
                 write_config=write_config,
@@ -334,39 +332,6 @@ class Memory(SingleCellMixin, ManageMixin, InspectMixin, EditMixin, FlowsMixin):
     def _lag_snapshot(self) -> LagSnapshot:
         """For ``/metrics``: log head and projection positions (PostgreSQL), liveness."""
         return merge_lag(self.router, self.router.each(Cell.lag_snapshot))
-
-    def pending_extractions(
-        self, agent_id: str | None = None, limit: int | None = None
-    ) -> list[PendingExtraction]:
-        """Messages an LLM outage left unextracted (ADR-0014), by agent and recorded order."""
-        if agent_id is not None:
-            return list_pending(self.cell(agent_id).pool, agent_id, limit)
-        found = [p for cell in self.cells for p in list_pending(cell.pool, None, limit)]
-        found.sort(key=lambda p: p.agent_id)  # stable: each agent's recorded order stays
-        return found if limit is None else found[:limit]
-
-    def pending_count(self, agent_id: str | None = None) -> int:
-        """How many messages wait for extraction (gauge-friendly: one indexed count)."""
-        if agent_id is not None:
-            return count_pending(self.cell(agent_id).pool, agent_id)
-        return sum(count_pending(cell.pool, None) for cell in self.cells)
-
-    def reprocess_pending(
-        self, agent_id: str | None = None, message_id: str | None = None
-    ) -> ReprocessReport:
-        """Re-extract pending messages now (what ``engramdb reprocess --failed`` runs).
-        Across several cells the report's ``position`` is 0 (positions are per cell)."""
-        cells = self.cells if agent_id is None else [self.cell(agent_id)]
-        reports = [reextract_pending(c.pipeline, c.pool, agent_id=agent_id, message_id=message_id)
-                   for c in cells]
-        if len(reports) == 1:
-            return reports[0]
-        return ReprocessReport(
-            extracted=[x for r in reports for x in r.extracted],
-            skipped=[x for r in reports for x in r.skipped],
-            still_pending=[x for r in reports for x in r.still_pending],
-            llm_unavailable=next((r.llm_unavailable for r in reports if r.llm_unavailable), None),
-        )
 
     def history(self, agent_id: str, fact_id: str | None = None) -> list[HistoryEntry]:
         """How a memory came to be, from the agent's cell's event log."""

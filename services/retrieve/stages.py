@@ -200,7 +200,8 @@ def rerank_candidates(
     items = [c.row.fact_text for c in fact_pool] + [e.text for e in event_pool]
     outcome = rerank.rerank(llm, query, items, cfg.rerank.reranker_timeout_sec)
     info: dict[str, Any] = {"status": outcome.status, "items": len(items),
-                            "duration_ms": round(outcome.duration_ms, 3), "prompt": rerank.PROMPT_VERSION}
+                            "duration_ms": round(outcome.duration_ms, 3), "prompt": rerank.PROMPT_VERSION,
+                            "model": getattr(llm, "name", None)}  # the rerank operation's (ADR-0052)
     if outcome.scores is None:
         return ranked, events, info
     vetoed = 0

@@ -110,6 +110,8 @@ class EntityResolver:
         self.ambiguous_floor = ambiguous_floor
         self.prompt_version = prompt_version
         self._prompt: PromptTemplate | None = None
+        #: the provider's name, recorded in the provenance of what it settled (ADR-0052)
+        self.model_name: str | None = getattr(llm, "name", None) if self.enable_llm else None
         if self.enable_llm:
             self._prompt = load_prompt(prompt_version)  # fail fast on a missing prompt file
 

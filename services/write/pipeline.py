@@ -358,7 +358,7 @@ class WritePipeline:
             memory, report, notes = self._decide(memory, extraction, record, ctx, memo)
             all_errors = "; ".join(e for e in [error, *notes] if e) or None
             record.complete(
-                extractor=info.model_dump(),
+                extractor=dict(ctx.decided_by),  # the extractor's info (+ resolution model)
                 extraction=extraction.model_dump(mode="json"),
                 raw_output=raw_output,
                 error=all_errors,
@@ -403,6 +403,7 @@ class WritePipeline:
         try:
             outcome = self.resolver.resolve_all(memory, extraction, record.speaker, record.text, memo)
             notes.extend(outcome.errors)
+            self._note_resolution_model(ctx, memo)
             report = apply_extraction(
                 memory, extraction, outcome.resolutions, ctx, self.config.max_facts_per_event
             )
@@ -417,12 +418,21 @@ class WritePipeline:
         plain = _as_plain_adds(extraction)
         try:
             outcome = self.resolver.resolve_all(memory, plain, record.speaker, record.text, memo)
+            self._note_resolution_model(ctx, memo)
             report = apply_extraction(memory, plain, outcome.resolutions, ctx, self.config.max_facts_per_event)
             return memory, report, notes
         except Exception as exc:  # noqa: BLE001 — last resort: the message stays recorded
             notes.append(f"plain ADD fallback failed ({type(exc).__name__}: {exc}); no decisions")
             self.app.forget_cached(agent_uuid)
             return self.app.agent_memory(record.agent_id), DecisionReport(), notes
+
+
+    def _note_resolution_model(self, ctx: MessageContext, memo: ResolutionMemo) -> None:
+        """When the resolver asked its model about a name of this message, the decisions
+        (and the record's ``Processed``) name that model too: ``decided_by.resolution_model``
+        (ADR-0052). Set before any event is made; a re-decision after a conflict keeps it."""
+        if memo.llm_calls and self.resolver.model_name is not None:
+            ctx.decided_by.setdefault("resolution_model", self.resolver.model_name)
 
 
 def _as_plain_adds(extraction: Extraction) -> Extraction:

@@ -9,6 +9,8 @@ still load into the same classes and fold to the same state and fact rows.
 Deliberate change since: ``FactAdded``/``FactUpdated`` are class version 2 (a fact's several
 ``source_message_ids``). Version-1 events, as every earlier release stored them, must still
 load and fold to exactly the rows they folded to before: sources = [source_message_id].
+And ``AgentJobs.ProfileRefreshed``/``ConsolidationReviewed`` are class version 2 (the model
+that wrote them, ADR-0052); version-1 ones load with ``model = None``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from eventsourcing.persistence import StoredEvent
 
 from engramdb.domain.aggregate import LEGACY_MODULE_TOPIC, AgentMemory, MessageRecord
 from engramdb.domain.fold import fold_facts
+from engramdb.domain.jobs import AgentJobs
 from engramdb.domain.payloads import FactPayload
 from engramdb.services.memory.event_log import EventLog
 
@@ -254,3 +257,64 @@ def test_version_2_fact_events_keep_several_sources() -> None:
     events = mem.collect_events()
     loaded = [mapper.to_domain_event(mapper.to_stored_event(e)) for e in events]
     assert fold_facts(loaded)["f1"].source_message_ids == ["m1", "m0", "m-1"]
+
+
+# ADR-0052: the two job events an LLM writes name its model — class version 2, ``model`` last
+JOBS_FIELD_ORDER = {
+    "AgentJobs.ProfileRefreshed": [
+        "timestamp", "agent_id", "entity_key", "text", "method", "fact_ids", "llm_output",
+        "reference_time", "model", "class_version",
+    ],
+    "AgentJobs.ConsolidationReviewed": [
+        "timestamp", "agent_id", "method", "input_digest", "llm_output", "pattern_ids", "model",
+        "class_version",
+    ],
+}
+
+
+def _jobs_story() -> AgentJobs:
+    jobs = AgentJobs(agent_id="a")
+    jobs.refresh_profile("person:ana", "Ana lives in Porto.", "llm:profile/v1", ["f1"], T,
+                         llm_output="Ana lives in Porto.", model="openai:profiles-model")
+    jobs.review_consolidation("llm:consolidation/v1", "d1", '{"patterns":[]}', [],
+                              model="openai:review-model")
+    return jobs
+
+
+def test_job_events_that_name_their_model_are_version_2() -> None:
+    mapper = Application(env={"PERSISTENCE_MODULE": "eventsourcing.popo"}).mapper
+    seen = {}
+    for event in _jobs_story().collect_events():
+        stored = mapper.to_stored_event(event)
+        name = stored.topic.partition(":")[2]
+        if name in JOBS_FIELD_ORDER:
+            seen[name] = json.loads(stored.state)
+    assert {n: list(s) for n, s in seen.items()} == JOBS_FIELD_ORDER
+    assert seen["AgentJobs.ProfileRefreshed"]["model"] == "openai:profiles-model"
+    assert seen["AgentJobs.ConsolidationReviewed"]["class_version"] == 2
+
+
+def test_version_1_job_events_load_with_no_model() -> None:
+    """As stored before ADR-0052 (no ``model``, no ``class_version``): they load, with
+    ``model = None``, into the same aggregate state."""
+    mapper = Application(env={"PERSISTENCE_MODULE": "eventsourcing.popo"}).mapper
+    jobs = _jobs_story()
+    events = jobs.collect_events()
+    loaded = []
+    for event in events:
+        stored = mapper.to_stored_event(event)
+        if stored.topic.partition(":")[2] in JOBS_FIELD_ORDER:
+            state = json.loads(stored.state)
+            state.pop("model"), state.pop("class_version")
+            stored = StoredEvent(
+                originator_id=stored.originator_id, originator_version=stored.originator_version,
+                topic=stored.topic, state=json.dumps(state, separators=(",", ":")).encode(),
+            )
+        loaded.append(mapper.to_domain_event(stored))
+    models = [getattr(e, "model", "absent") for e in loaded
+              if isinstance(e, (AgentJobs.ProfileRefreshed, AgentJobs.ConsolidationReviewed))]
+    assert models == [None, None]
+    restored: Any = None
+    for event in loaded:
+        restored = event.mutate(restored)
+    assert _state(restored) == _state(jobs)

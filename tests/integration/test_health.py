@@ -200,3 +200,48 @@ def test_status_does_not_start_embedded_servers(monkeypatch, tmp_path, fresh_sch
     assert no_nats.exit_code == 1
     assert "database: up" in no_nats.output
     assert "! nats down: the embedded NATS in" in no_nats.output
+
+
+def test_status_shows_each_operations_model_and_host_never_the_key(
+    monkeypatch, fresh_schema, pg_url: str, nats_url: str
+) -> None:
+    """ADR-0052: per operation the model and the endpoint's host — in text and ``--json``."""
+    import json
+
+    schema, _env = fresh_schema("status_llm")
+    settings = {
+        "ENGRAMDB_DATABASE_URL": pg_url, "ENGRAMDB_NATS_URL": nats_url, "ENGRAMDB_DB_SCHEMA": schema,
+    }
+    plain = _status(monkeypatch, **settings)  # no LLM at all
+    assert plain.exit_code == 0, plain.output
+    assert "llm (every operation): none (offline)" in plain.output
+
+    llm_env = {
+        **settings,
+        "ENGRAMDB_LLM_EXTRACTION_BASE_URL": "http://llm.internal:8000/v1",
+        "ENGRAMDB_LLM_EXTRACTION_API_KEY": "sk-secret-extraction",
+        "ENGRAMDB_LLM_EXTRACTION_MODEL": "small",
+        "ENGRAMDB_LLM_RERANK_BASE_URL": "https://user:pw@rerank.example.com/v1",
+        "ENGRAMDB_LLM_RERANK_API_KEY": "sk-secret-rerank",
+        "ENGRAMDB_LLM_RERANK_MODEL": "big",
+    }
+    text = _status(monkeypatch, **llm_env)
+    assert text.exit_code == 0, text.output
+    assert "llm extraction: openai:small @ llm.internal:8000  (own: model, base_url, api_key)" \
+        in text.output
+    assert "llm rerank: openai:big @ rerank.example.com  (own: model, base_url, api_key)" in text.output
+    assert "llm profiles: none (offline)" in text.output  # no global endpoint: offline
+    as_json = _status(monkeypatch, "--json", **llm_env)
+    assert as_json.exit_code == 0, as_json.output
+    ops = json.loads(as_json.output)["llm_operations"]
+    assert ops["extraction"] == {"model": "openai:small", "endpoint": "llm.internal:8000",
+                                 "configured": "own: model, base_url, api_key"}
+    assert ops["resolution"]["configured"] == "off"
+    for output in (text.output, as_json.output):
+        assert "sk-secret" not in output and "pw@" not in output and "/v1" not in output
+
+    for key in set(llm_env) - set(settings):
+        monkeypatch.delenv(key)
+    bad = _status(monkeypatch, **{**settings, "ENGRAMDB_LLM_RERANK_MODEL": "big"})
+    assert bad.exit_code == 2
+    assert "ENGRAMDB_LLM_RERANK_MODEL set, but rerank has no LLM endpoint" in bad.output

@@ -49,6 +49,25 @@ def test_documented_failure_is_one_error_line_and_exit_2(case: str, monkeypatch,
     assert result.exception is None or isinstance(result.exception, SystemExit)
 
 
+@pytest.mark.parametrize("command", ["serve", "status", "list-agents"])
+def test_a_per_operation_llm_setting_without_endpoint_is_one_line(command: str, monkeypatch,
+                                                                   tmp_path) -> None:
+    """ADR-0052: a per-operation model for an operation with no endpoint cannot take effect;
+    every command refuses it at start-up, naming the variable (and never a key)."""
+    for name in list(os.environ):
+        if name.startswith("ENGRAMDB_LLM_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("ENGRAMDB_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("ENGRAMDB_LLM_RERANK_MODEL", "big")
+    monkeypatch.setenv("ENGRAMDB_LLM_PROFILES_API_KEY", "sk-must-not-show")
+    monkeypatch.setenv("ENGRAMDB_LLM_PROFILES_BASE_URL", "localhost:9/v1")
+    result = CliRunner().invoke(app, [command])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    assert "ENGRAMDB_LLM_" in lines[0] and "sk-must-not-show" not in result.output
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="the embedded server's own user exists only as root")
 def test_unreachable_embedded_data_dir_is_one_line(tmp_path: Path) -> None:
     """As root the embedded PostgreSQL runs as its own user; a data dir under a 0700 parent

@@ -112,8 +112,9 @@ def serve(
     from engramdb.services.entrypoints.serve.server import run_server
 
     polish.plain_logs()
-    with cli_user_errors(mistakes=()):
+    with cli_user_errors():  # a bad setting is the user's mistake: one line, not a traceback
         settings = load_settings()
+    with cli_user_errors(mistakes=()):
         http = {k: v for k, v in (("http_host", host), ("http_port", port)) if v is not None}
         run_server(role=role, settings=settings.model_copy(update=http) if http else settings)
 
@@ -258,13 +259,23 @@ def status(
     ] = None,
 ) -> None:
     """Health of the deployment: database, NATS, projection positions and lags (what /readyz
-    answers). Exit code 1 when unhealthy, so scripts and probes can use it."""
+    answers), and each LLM operation's model and endpoint host. Exit code 1 when unhealthy,
+    so scripts and probes can use it."""
     from engramdb.infra.settings import load_settings
-    from engramdb.services.entrypoints.cli.status import deployment_status
+    from engramdb.services.entrypoints.cli.status import (
+        deployment_status,
+        format_llm_operations,
+        llm_operations,
+    )
     from engramdb.services.observability.health import format_report
 
-    report = deployment_status(load_settings(), max_lag)
-    typer.echo(report.model_dump_json(indent=2) if as_json else format_report(report))
+    with cli_user_errors():
+        settings = load_settings()
+    report, llms = deployment_status(settings, max_lag), llm_operations(settings)
+    if as_json:
+        typer.echo(json.dumps({**report.model_dump(mode="json"), "llm_operations": llms}, indent=2))
+    else:
+        typer.echo("\n".join([format_report(report), *format_llm_operations(llms)]))
     raise typer.Exit(0 if report.ok else 1)
 
 

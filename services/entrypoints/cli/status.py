@@ -2,16 +2,20 @@
 
 Why not just ``Memory.open().health()``: on the embedded default, opening memory *starts*
 PostgreSQL and NATS when they are not running, and a status command that brings up what it
-should report on would always say "up". So an embedded server that is not running is reported
+should report on would always say "up". The LLM of each operation (ADR-0052) is shown from
+the settings, never its key. So an embedded server that is not running is reported
 down (with what to do), and only running ones are connected to. Projector liveness is unknown
 from here (the projectors run in ``serve``); their lag, read from PostgreSQL, is the signal.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from engramdb.infra.database import resolve_nats
 from engramdb.infra.embedded_nats import nats_running
 from engramdb.infra.embedded_postgres import postgres_running
+from engramdb.infra.providers.factory import make_operation_llms
 from engramdb.infra.settings import Settings
 from engramdb.services.entrypoints.cli.status_owners import down_advice
 from engramdb.services.memory.facade import Memory
@@ -44,3 +48,25 @@ def deployment_status(settings: Settings, max_lag: int | None = None) -> HealthR
         report.reasons.append(f"nats down: {nats_error}")
         report.ok = False
     return report
+
+
+def llm_operations(settings: Settings) -> dict[str, dict[str, Any]]:
+    """Per LLM operation (ADR-0052): the model provenance records, the endpoint's host and
+    whether it is the operation's own setting or the global one — never a key. Read from the
+    settings of this command's environment (the one ``serve`` is started with, in a
+    deployment that shares it); building the clients makes no request."""
+    return make_operation_llms(settings).describe()
+
+
+def format_llm_operations(described: dict[str, dict[str, Any]]) -> list[str]:
+    """``llm: ...`` once when every operation shares one model, else one line per operation."""
+    def line(d: dict[str, Any]) -> str:
+        if d["model"] is None:
+            return "none (offline)"
+        at = f" @ {d['endpoint']}" if d.get("endpoint") else ""
+        return f"{d['model']}{at}  ({d['configured']})"
+
+    shown = {op: line(d) for op, d in described.items()}
+    if len(set(shown.values())) == 1:
+        return [f"llm (every operation): {next(iter(shown.values()))}"]
+    return [f"llm {op}: {text}" for op, text in shown.items()]
