@@ -22,6 +22,7 @@ from psycopg import sql
 from pydantic import BaseModel, Field
 
 from engramdb.domain.agent_id import check_agent_id
+from engramdb.services.management.webhook_stats import delete_stats
 
 
 class WebhookRefused(ValueError):
@@ -129,4 +130,5 @@ def delete(conn: Any, schema: str, webhook_id: str) -> bool:
     ensure_table(conn, schema)
     done = conn.execute(sql.SQL("DELETE FROM {} WHERE webhook_id = %s").format(_table(schema)),
                         (webhook_id,))
+    delete_stats(conn, schema, webhook_id)
     return bool(done.rowcount)

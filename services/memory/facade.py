@@ -119,6 +119,7 @@ class Memory(
                     self.metrics.projector_restarts.labels(self.router.label(cell, rm.name))
         self.metrics.watch_projections(self._lag_snapshot)
         self.metrics.watch_pending(self.pending_count)
+        self.metrics.watch_webhooks(self.webhook_stats)  # ADR-0049
         self.nats_url: str | None = None  # the broker this process uses (set by ``serve``)
         self.feedback: Any = None  # retrieval notices for the jobs (``enable_feedback``)
 

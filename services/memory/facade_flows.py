@@ -12,11 +12,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from engramdb.domain.agent_id import check_agent_id
-from engramdb.services.management import webhooks
+from engramdb.services.management import webhook_stats, webhooks
 from engramdb.services.management.audit_models import HistoryEntry
 from engramdb.services.management.export_log import export_lines
 from engramdb.services.management.import_foreign import mem0_facts, transcript_messages
 from engramdb.services.management.import_log import ImportRefused, ImportResult, import_export
+from engramdb.services.management.webhook_stats import WebhookStats
 from engramdb.services.management.webhooks import Webhook
 from engramdb.services.memory.cell import Cell
 from engramdb.services.write.client_facts import AddFactsRequest, InvalidClientFacts
@@ -133,6 +134,20 @@ class FlowsMixin:
         pool_conn, schema = self._hooks_conn()
         with pool_conn as conn:
             return webhooks.delete(conn, schema, webhook_id)
+
+    def webhook_stats(self) -> list[WebhookStats]:
+        """Every hook's deliveries so far and its pending changes, as the dispatcher last
+        reported them (``/metrics``, ``engramdb status``)."""
+        pool_conn, schema = self._hooks_conn()
+        with pool_conn as conn:
+            return webhook_stats.read_stats(conn, schema)
+
+    def record_webhook_stats(self, deltas: Mapping[str, Mapping[str, int]],
+                             pending: Mapping[str, int], errors: Mapping[str, str]) -> None:
+        """The dispatcher's report (its ``on_stats``): counters added, pending set."""
+        pool_conn, schema = self._hooks_conn()
+        with pool_conn as conn:
+            webhook_stats.add_stats(conn, schema, deltas, pending, errors)
 
 
 def _header_agent(lines: list[str]) -> str:

@@ -23,6 +23,7 @@ from psycopg_pool import ConnectionPool
 from pydantic import BaseModel, Field
 
 from engramdb.projections.runner import PROJECTION_NAMES, ProjectionSet, tracking_positions
+from engramdb.services.management.webhook_stats import WebhookStats
 
 DEFAULT_MAX_LAG = 1000  # events; a burst of writes is normal, a stuck projector is not
 DEFAULT_TIMEOUT = 2.0  # seconds per probe
@@ -72,6 +73,11 @@ class HealthReport(BaseModel):
         default=None,
         description="the process re-extracting pending messages ('engramdb-retrier host:pid', "
         "ADR-0029); None: none runs (no `serve` with an LLM)",
+    )
+    webhooks: list[WebhookStats] | None = Field(
+        default=None,
+        description="registered webhooks and their deliveries (ADR-0049; `engramdb status` only); "
+        "informational: readiness does not depend on a receiver",
     )
 
 
@@ -206,5 +212,11 @@ def format_report(report: HealthReport) -> str:
                      + ("  (see `engramdb pending`)" if report.extraction_pending else ""))
     if report.extraction_retrier is not None:
         lines.append(f"extraction retrier: {report.extraction_retrier}")
+    for hook in report.webhooks or []:
+        pending = "?" if hook.pending is None else str(hook.pending)
+        error = f"  last error: {hook.last_error}" if hook.last_error else ""
+        lines.append(f"webhook {hook.webhook_id} ({hook.target}): delivered {hook.delivered}  "
+                     f"failed attempts {hook.failed_attempts}  dead-lettered {hook.dead_lettered}  "
+                     f"pending {pending}{error}")
     lines.extend(f"! {reason}" for reason in report.reasons)
     return "\n".join(lines)

@@ -12,7 +12,10 @@ Series (all prefixed ``engramdb_``):
 ``dead_letters_total``, ``ingest_messages_total{outcome}``, ``ingest_pending_messages``
 (not yet delivered to this consumer, as of its last delivery, plus deliveries in progress),
 ``projection_lag_events{projection}``, ``projection_position{projection}``,
-``event_log_head``, ``projector_up{projection}`` (in-process projectors only).
+``event_log_head``, ``projector_up{projection}`` (in-process projectors only),
+``webhook_delivered_total{webhook}``, ``webhook_failed_attempts_total{webhook}``,
+``webhook_dead_letters_total{webhook}``, ``webhook_pending_changes{webhook}`` (ADR-0049: read
+from the registry's stats table, which the dispatcher updates every couple of seconds).
 """
 
 from __future__ import annotations
@@ -126,6 +129,40 @@ class _PendingCollector(Collector):
         yield gauge
 
 
+class _WebhookCollector(Collector):
+    """Webhook deliveries per hook (``WebhookStats`` rows), read at scrape time."""
+
+    def __init__(self, read: Callable[[], Sequence[Any]]) -> None:
+        self.read = read
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            rows = self.read()
+        except Exception as exc:  # noqa: BLE001 - a scrape must not fail with the database
+            log.warning("metrics: webhook stats unreadable: %s: %s", type(exc).__name__, exc)
+            return
+        families = {
+            "delivered": CounterMetricFamily("engramdb_webhook_delivered",
+                                             "Changes delivered (2xx) per webhook", labels=["webhook"]),
+            "failed_attempts": CounterMetricFamily(
+                "engramdb_webhook_failed_attempts",
+                "Delivery attempts answered non-2xx or not at all", labels=["webhook"]),
+            "dead_lettered": CounterMetricFamily(
+                "engramdb_webhook_dead_letters",
+                "Changes dead-lettered after the webhook's max_attempts", labels=["webhook"]),
+        }
+        pending = GaugeMetricFamily(
+            "engramdb_webhook_pending_changes",
+            "Changes of the stream a webhook has not settled yet (its consumer's lag)",
+            labels=["webhook"])
+        for row in rows:
+            for key, family in families.items():
+                family.add_metric([row.webhook_id], getattr(row, key))
+            if row.pending is not None:
+                pending.add_metric([row.webhook_id], row.pending)
+        yield from (*families.values(), pending)
+
+
 class Metrics:
     """The registry and the instruments of one ``Memory``."""
 
@@ -152,6 +189,9 @@ class Metrics:
 
     def watch_pending(self, count: Callable[[], int]) -> None:
         self.registry.register(_PendingCollector(count))
+
+    def watch_webhooks(self, read: Callable[[], Sequence[Any]]) -> None:
+        self.registry.register(_WebhookCollector(read))
 
     def watch_ingest(self, stats: Mapping[str, int]) -> None:
         """Expose an ingest service's tallies (one ingest service per ``Memory``)."""

@@ -43,6 +43,10 @@ def deployment_status(settings: Settings, max_lag: int | None = None) -> HealthR
             except Exception as exc:  # noqa: BLE001
                 nats_error = f"{type(exc).__name__}: {exc}"
         report = memory.health(max_lag=lag_limit)
+        try:
+            report.webhooks = memory.webhook_stats()  # ADR-0049: informational, never unhealthy
+        except Exception as exc:  # noqa: BLE001 - a status, not a crash
+            report.reasons.append(f"webhook stats unreadable: {type(exc).__name__}: {exc}")
     if nats_error is not None:
         report.nats = ComponentHealth(status="down", detail=nats_error)
         report.reasons.append(f"nats down: {nats_error}")

@@ -25,7 +25,6 @@ import asyncio
 import json
 import logging
 import re
-import threading
 from typing import Any
 from uuid import UUID
 
@@ -36,6 +35,7 @@ from nats.js.errors import NotFoundError
 from engramdb.domain.aggregate import AgentMemory
 from engramdb.domain.erasure import UndecryptableEvent
 from engramdb.projections.changes import change_of
+from engramdb.services.entrypoints.nats.loop_thread import LoopThread
 from engramdb.services.write.messages import DEFAULT_PREFIX, agent_token
 
 log = logging.getLogger(__name__)
@@ -52,13 +52,16 @@ def changes_subject(agent_id: str, prefix: str = DEFAULT_PREFIX) -> str:
     return f"{prefix}.changes.{agent_token(agent_id)}"
 
 
-class ChangePublisher:
+class ChangePublisher(LoopThread):
     """Follows ``app``'s log and publishes its changes; ``start()`` / ``stop()``."""
+
+    thread_name = "engramdb-changes"
 
     def __init__(self, app: Any, nats_url: str, prefix: str = DEFAULT_PREFIX, *,
                  poll_sec: float = 0.1, start_after: int = 0) -> None:
         """``start_after``: a new (empty) stream starts after this log position (default: the
         whole log is published once); a stream with changes always resumes where it ended."""
+        super().__init__()
         self.app, self.nats_url, self.prefix, self.poll_sec = app, nats_url, prefix, poll_sec
         self.start_after = start_after
         self.stream = changes_stream_name(prefix)
@@ -66,22 +69,9 @@ class ChangePublisher:
         self.position = 0  # last log position published (or skipped: not a change)
         self.published = 0
         self._agents: dict[UUID, str] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> ChangePublisher:
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()),
-                                        name="engramdb-changes", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
 
     async def _run(self) -> None:
-        while not self._stop.is_set():
+        while not self.stopping:
             try:
                 nc = await nats.connect(self.nats_url, max_reconnect_attempts=-1)
                 try:
@@ -95,7 +85,7 @@ class ChangePublisher:
     async def _follow(self, js: Any) -> None:
         await self._ensure_stream(js)
         self.position = await self._resume_position(js)
-        while not self._stop.is_set():
+        while not self.stopping:
             page = await asyncio.to_thread(
                 self.app.recorder.select_notifications, self.position + 1, PAGE)
             changes = await asyncio.to_thread(self._changes, page)  # one thread hop a page

@@ -89,9 +89,10 @@ def _run(role: str, settings: Settings, shutdown: ShutdownRequest) -> None:
         changes = [ChangePublisher(cell.app, nats_url, settings.subject_prefix).start()
                    for cell in memory.cells] if (  # ADR-0049
             settings.change_stream and role in ("all", "ingest") and nats_url is not None) else []
-        hooks = memory.list_webhooks(with_secrets=True) if changes else []
-        dispatcher = WebhookDispatcher(hooks, nats_url or "", settings.subject_prefix).start() \
-            if hooks else None  # registered at start-up; a new hook is served after a restart
+        dispatcher = WebhookDispatcher(  # follows the registry: hooks added or deleted live
+            lambda: memory.list_webhooks(with_secrets=True), nats_url or "",
+            settings.subject_prefix, on_stats=memory.record_webhook_stats,
+        ).start() if changes else None
         log.info("start-up objects frozen out of garbage collection: %d", settle())  # ADR-0041
         try:
             if shutdown.requested:
