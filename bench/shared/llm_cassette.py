@@ -11,7 +11,7 @@ File: JSON lines, one per call: ``exact`` (hash of the whole request), ``loose``
 the system prompt and the message part of the request: the known-facts context shown to the
 extractor depends on earlier decisions, which a replay with changed post-processing may
 make differently), ``answer`` or ``error``, ``seconds``, ``prompt_tokens``,
-``completion_tokens``, ``finish_reason``. Replay answers by ``exact`` first, then by
+``completion_tokens``, ``finish_reason`` (and ``partial``: the text of a cut answer). Replay answers by ``exact`` first, then by
 ``loose`` (each recorded answer used once per key, in order); a request found under neither
 raises :class:`NotRecorded` (not an outage: the extraction records the error and the run
 counts it), never a silent call to a model. Recording into an existing file *resumes* it:
@@ -38,7 +38,12 @@ class NotRecorded(RuntimeError):
 
 
 class RecordedError(RuntimeError):
-    """The recorded call failed; replay fails the same way (non-transient)."""
+    """The recorded call failed; replay fails the same way (non-transient), with the partial
+    answer of a cut call (``partial_output``, as ``ProviderTruncated`` carries it)."""
+
+    def __init__(self, message: str, partial_output: str | None = None) -> None:
+        super().__init__(message)
+        self.partial_output = partial_output
 
 
 def _digest(*parts: str) -> str:
@@ -82,6 +87,7 @@ class CassetteLLM:
                     entry = json.loads(line)
                     if "answer" not in entry and mode == "record":
                         continue  # a failed call is asked again when resuming
+                    self._drop_superseded_error(entry["exact"])
                     self.entries.append(entry)
                     self._exact[entry["exact"]].append(entry)
                     self._loose[entry["loose"]].append(entry)
@@ -124,6 +130,9 @@ class CassetteLLM:
             return answer
         except Exception as exc:
             entry["error"] = f"{type(exc).__name__}: {exc}"
+            partial = getattr(exc, "partial_output", None)
+            if isinstance(partial, str):
+                entry["partial"] = partial  # a cut answer: what the model did write
             raise
         finally:
             entry["seconds"] = round(time.perf_counter() - started, 3)
@@ -131,6 +140,16 @@ class CassetteLLM:
                           ("prompt_tokens", "completion_tokens", "finish_reason")})
             with self._lock, self.path.open("a", encoding="utf-8") as fh:
                 fh.write(json.dumps(entry, ensure_ascii=False) + "\n")
+
+    def _drop_superseded_error(self, exact: str) -> None:
+        """A call that failed and was asked again when a recording resumed: the new answer
+        replaces the failure (a replay would otherwise meet the failure first)."""
+        queue = self._exact.get(exact)
+        failed = next((e for e in queue or () if "error" in e), None)
+        if failed is not None and queue is not None:
+            queue.remove(failed)
+            self._loose[failed["loose"]].remove(failed)
+            self.entries.remove(failed)
 
     def _replay(self, exact: str, loose: str, count_miss: bool = True) -> str:
         with self._lock:
@@ -147,7 +166,7 @@ class CassetteLLM:
                 self.misses += int(count_miss)
                 raise NotRecorded("no recorded LLM answer for this request (cassette replay)")
         if "error" in entry:
-            raise RecordedError(f"recorded call failed: {entry['error']}")
+            raise RecordedError(f"recorded call failed: {entry['error']}", entry.get("partial"))
         return str(entry["answer"])
 
 

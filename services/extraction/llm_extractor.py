@@ -23,8 +23,9 @@ Why it is built this way:
   parsing, so a replayed answer benefits from a fix without a new call.
 * **Bounded output** — every call passes ``max_tokens`` sized from the schema and the
   message's fact cap (``services/extraction/llm_budget.py``); the prompt states the same cap. An
-  answer cut at the bound fails like any malformed answer: empty extraction, the error
-  and the partial raw output recorded with the message.
+  answer cut at the bound (or at the server's context window) keeps the items it finished
+  (``json_salvage``, at most the fact cap), with the error and the partial raw output
+  recorded with the message; with nothing finished it is an empty extraction.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from engramdb.infra.llm_timeout import call_with_timeout
 from engramdb.infra.prompt_files import PromptTemplate
 from engramdb.infra.prompt_files import load_prompt as _load_prompt
 from engramdb.infra.providers.errors import is_transient
+from engramdb.services.extraction.json_salvage import salvage_prefix
 from engramdb.services.extraction.llm_budget import extraction_fact_cap, extraction_max_tokens
 from engramdb.services.extraction.llm_postprocess import parse_emotion, postprocess
 from engramdb.services.extraction.port import ExtractionOutcome
@@ -270,6 +272,23 @@ class LLMExtractor:
     def build_messages(self, request: ExtractionInput) -> list[dict[str, Any]]:
         return build_messages(request, self.prompt)
 
+    def _salvage(
+        self, cut: str, request: ExtractionInput
+    ) -> tuple[Extraction, list[str]] | None:
+        """The complete items of an answer cut off mid-way (a runaway model, ADR-0045), at
+        most the message's fact cap of them; ``None`` when none was finished."""
+        data = salvage_prefix(cut)
+        if data is None:
+            return None
+        cap = extraction_fact_cap(request.text, request.max_facts)
+        extraction, problems = parse_extraction(json.dumps(data), cap)
+        if self.repair:
+            extraction = postprocess(extraction, request, problems)
+        if not (extraction.facts or extraction.directives or extraction.emotion):
+            return None
+        problems.insert(0, f"kept {len(extraction.facts)} complete facts of the cut answer")
+        return extraction, problems
+
     def extract(self, request: ExtractionInput) -> ExtractionOutcome:
         started = time.perf_counter()
 
@@ -315,6 +334,9 @@ class LLMExtractor:
             partial = getattr(exc, "partial_output", None)
             error = f"LLM call failed: {type(exc).__name__}: {exc}"
             raw_partial = partial if isinstance(partial, str) else None
+            kept = self._salvage(raw_partial, request) if raw_partial else None
+            if kept is not None:  # the facts finished before the cut (json_salvage)
+                return done(kept[0], "; ".join([error, *kept[1]]), raw_partial, 1)
             return done(None, error, raw_partial, 1, transient=is_transient(exc))
 
         if not isinstance(raw, str):
@@ -326,6 +348,9 @@ class LLMExtractor:
         except ValueError as exc:
             if approx_tokens(raw) >= max_tokens * 0.9:
                 exc = ValueError(f"{exc} (output probably cut at max_tokens={max_tokens})")
+                kept = self._salvage(raw, request)
+                if kept is not None:
+                    return done(kept[0], "; ".join([str(exc), *kept[1]]), raw, 1)
             return done(None, str(exc), raw, 1)
         except Exception as exc:  # noqa: BLE001
             return done(None, f"LLM output rejected: {exc!r}", raw, 1)

@@ -371,7 +371,12 @@ def test_openai_finish_reason_length_is_a_recorded_extraction_error(
         assert len(base_url.requests) == 1  # a cut answer is not retried
     assert sent == extraction_max_tokens(extraction_fact_cap(text, 100))
     assert result.extraction_error and "ProviderTruncated" in result.extraction_error
-    assert "finish_reason=length" in result.extraction_error and fact_events(app, agent_id) == 0
+    assert "finish_reason=length" in result.extraction_error
+    # the facts finished before the cut are kept, at most the message's fact cap (ADR-0045)
+    cap = extraction_fact_cap(text, 100)
+    assert f"kept {cap} complete facts of the cut answer" in result.extraction_error
+    kept = fact_state(app, agent_id)[0]
+    assert kept and set(kept) <= {f"Rita lives in Lisbon ({i})" for i in range(cap)}
     record = app.message_record(agent_id, "m1")
     assert record is not None and record.processed
     processed = list(app.events.get(record.id))[-1]

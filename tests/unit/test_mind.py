@@ -187,6 +187,51 @@ def test_cassette_records_replays_and_resumes(tmp_path: Path) -> None:
     assert replay.misses == 1
 
 
+class _CutOnce:
+    """A provider whose first answer is cut (``partial_output``), as a runaway model's is."""
+
+    name = "cut-once"
+
+    def __init__(self, partial: str, answer: str) -> None:
+        self.partial, self.answer, self.calls = partial, answer, 0
+
+    def complete(self, messages: Any, temperature: float = 0, response_format: Any = None,
+                 max_tokens: int | None = None) -> str:
+        self.calls += 1
+        if self.calls == 1:
+            from engramdb.infra.providers.errors import ProviderTruncated
+
+            raise ProviderTruncated("answer cut at max_tokens=9 (finish_reason=length)", self.partial)
+        return self.answer
+
+
+def test_cassette_keeps_a_cut_answer_and_a_resumed_answer_supersedes_it(tmp_path: Path) -> None:
+    path = tmp_path / "c.jsonl"
+    msgs = [{"role": "user", "content": "hello"}]
+    inner = _CutOnce('{"facts": [{"text": "a"}, {"te', '{"facts": []}')
+    with pytest.raises(Exception, match="finish_reason=length"):
+        CassetteLLM(path, "record", inner).complete(msgs)
+    with pytest.raises(Exception) as cut:
+        CassetteLLM(path, "replay").complete(msgs)
+    assert getattr(cut.value, "partial_output", None) == '{"facts": [{"text": "a"}, {"te'
+    assert CassetteLLM(path, "record", inner).complete(msgs) == '{"facts": []}'  # asked again
+    assert CassetteLLM(path, "replay").complete(msgs) == '{"facts": []}'  # the new answer wins
+
+
+def test_llm_extractor_keeps_the_facts_a_cut_answer_finished() -> None:
+    fact = {"text": "Rita lives in Lisbon", "action": "NEW", "target_fact_id": None,
+            "entity": "Rita", "mentions": ["Lisbon"], "attribute_key": None,
+            "category": "personal", "confidence_level": "explicit_statement"}
+    partial = json.dumps({"emotion": None, "directives": [], "facts": [fact, fact]})[:-40]
+    extractor = LLMExtractor(_CutOnce(partial, "{}"))  # type: ignore[arg-type]
+    outcome = extractor.extract(ExtractionInput(
+        agent_id="a", message_id="m", speaker="Rita", text="I live in Lisbon, near the river.",
+        occurred_at=datetime(2026, 1, 1, tzinfo=UTC)))
+    assert [f.text for f in outcome.extraction.facts] == ["Rita lives in Lisbon"]
+    assert outcome.error and "ProviderTruncated" in outcome.error and "kept 1 complete" in outcome.error
+    assert outcome.raw_output == partial and not outcome.transient
+
+
 @pytest.mark.parametrize("sentence", ["Keep it up!", "Keep it up, you're making a big impact!"])
 def test_encouragement_is_not_a_directive(sentence: str) -> None:
     """Seen on LoCoMo (two friends talking): "keep it up" is not an instruction to the agent."""
