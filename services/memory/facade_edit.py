@@ -8,7 +8,7 @@ Mem0 surface's ``update`` and ``add(infer=False)`` call exactly these.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engramdb.domain.agent_id import check_agent_id
 from engramdb.services.management.edit import update_fact_text
@@ -22,6 +22,14 @@ class EditMixin:
 
     def cell(self, agent_id: str) -> Cell:
         raise NotImplementedError
+
+    if TYPE_CHECKING:  # ``Memory.write``, which ``record_message`` is one form of
+        def write(
+            self, agent_id: str, text: str, *, speaker: str | None = None,
+            session_id: str | None = None, occurred_at: datetime | None = None,
+            message_id: str | None = None, metadata: dict[str, Any] | None = None,
+            dry_run: bool = False, infer: bool = True,
+        ) -> WriteResult: ...
 
     def update_fact(
         self, agent_id: str, fact_id: str, text: str, *, actor: str | None = None,
@@ -47,6 +55,6 @@ class EditMixin:
         """Record one message and decide nothing (no extraction, no LLM call): it is listed
         and retrievable as a conversation turn; idempotent on ``message_id``. The same as
         ``write(..., infer=False)`` (one path, ADR-0049), kept for the Mem0 surface."""
-        return self.write(agent_id, text, speaker=speaker, session_id=session_id,  # type: ignore[attr-defined,no-any-return]
+        return self.write(agent_id, text, speaker=speaker, session_id=session_id,
                           occurred_at=occurred_at, message_id=message_id, metadata=metadata,
                           infer=False)
