@@ -40,6 +40,8 @@ def memory(request: pytest.FixtureRequest, fresh_schema: Any, agent_id: str,
     turns' ids, exact nearest rows) and many (a probe of the turns per row, HNSW)."""
     if request.param == "broad":
         monkeypatch.setattr(scope_module, "SELECTIVE_TURNS", 0)
+    else:  # one session of four is a quarter of this tiny agent's turns: selective anyway
+        monkeypatch.setattr(scope_module, "SELECTIVE_SHARE", 1.0)
     _schema, env = fresh_schema("scoped")
     with Memory.open(env=env, embedder=HashEmbedder(384), llm=None, quiet=True) as mem:
         last = None
@@ -118,7 +120,7 @@ def test_every_signal_statement_is_narrowed(memory: Memory, agent_id: str, pg_ur
     qvec = vector_literal(emb.embed([home_text])[0])
     base = narrowing(RetrieveFilter.of("s-work"))
     with _schema_conn(memory, pg_url) as conn:
-        scope = probe(conn, agent_id, base, cap=1000 if selective else 0)
+        scope = probe(conn, agent_id, base, cap=1000 if selective else 0, share=1.0)
         assert scope is not None and scope.selective is selective
         facts = {f.fact_id: f for f in memory.list_facts(agent_id, limit=100).items}
         home = {fid for fid, f in facts.items() if "Recife" in f.text}
