@@ -109,28 +109,38 @@ def probe(conn: Any, agent_id: str, scope: Narrowing | None, cap: int | None = N
     """``scope`` marked selective when at most ``cap`` (``SELECTIVE_TURNS``) of the agent's
     turns pass AND they are at most ``share`` (``SELECTIVE_SHARE``) of its turns.
 
-    One statement, two capped counts: the passing turns (the session index and the metadata
-    GIN index find them), then — only when those are few — the agent's turns up to
-    ``passing / share`` (an index-only count of at most ``cap / share`` rows). Why both: the
-    selective form's overlap test costs ~ passing² (measured: 4 ms at 100, 30 ms at 1000,
-    ~200 ms at 2500 passing turns), while a filtered HNSW walk visits ~ 1 / share rows per
-    row it keeps — cheap once a tenth or more of the rows pass (``{"channel": "slack"}``,
-    half of them: 13 ms vs 140 ms, ADR-0047)."""
+    One statement: two capped counts — the passing turns (the session index and the metadata
+    GIN index find them), then, only when those are few, the agent's turns up to
+    ``passing / share`` (an index-only count of at most ``cap / share`` rows) — and, when
+    selective, the ids of the facts drawn from a passing turn (one ``mem_facts_sources``
+    GIN lookup per passing turn), bound as ``nwf`` into every statement of the call: a
+    hashed / primary-key ``fact_id = ANY`` test there instead of an overlap with all the
+    passing turns' ids per statement (a GIN scan with ~1000 keys cost ~28 ms each, several
+    times per call at 100k facts). Why the share: a filtered HNSW walk visits ~ 1 / share
+    rows per row it keeps — cheap once a sixth or more of the rows pass, while the exact
+    search over the passing rows grows with them (``{"channel": "slack"}``, half of 10k
+    facts: 13 ms vs 140 ms, ADR-0047). The ids are read once per call: a fact projected
+    between this and a later statement of the same call is left out (as if it came later)."""
     if scope is None:
         return None
     cap = SELECTIVE_TURNS if cap is None else int(cap)
-    share = SELECTIVE_SHARE if share is None else float(share)
-    # the agent's turns are counted up to floor(passing / share) + 1: more than that, the
-    # passing ones are under ``share`` of them
+    share = max(SELECTIVE_SHARE if share is None else float(share), 1e-9)
+    # p: the passing turns (at most cap + 1); n: the agent's turns, counted up to
+    # floor(p / share) + 1 (more than that: the passing ones are under ``share`` of them);
+    # ids: when selective, the facts drawn from a passing turn, one GIN lookup per turn
     row = conn.execute(
-        f"WITH p AS MATERIALIZED (SELECT count(*) AS p FROM (SELECT 1 FROM mem_messages m"
-        f" WHERE m.agent_id = %(a)s AND {scope.turn('m')} LIMIT {cap + 1}) c)"
-        f" SELECT p.p, CASE WHEN p.p <= {cap} AND p.p > 0 THEN (SELECT count(*) FROM"
-        f" (SELECT 1 FROM mem_messages m WHERE m.agent_id = %(a)s"
-        f" LIMIT (SELECT floor(p.p / %(nw_share)s)::bigint + 1 FROM p)) c) END FROM p",
-        {"a": agent_id, "nw_share": max(share, 1e-9), **scope.params},
+        f"WITH p AS MATERIALIZED (SELECT m.message_id FROM mem_messages m"
+        f" WHERE m.agent_id = %(a)s AND {scope.turn('m')} LIMIT {cap + 1}),"
+        f" c AS MATERIALIZED (SELECT count(*) AS p FROM p),"
+        f" n AS MATERIALIZED (SELECT count(*) AS n FROM (SELECT 1 FROM mem_messages m WHERE m.agent_id = %(a)s"
+        f" LIMIT (SELECT CASE WHEN c.p BETWEEN 1 AND {cap} THEN floor(c.p / %(nw_share)s)::bigint + 1"
+        f" ELSE 0 END FROM c)) t),"
+        f" v AS MATERIALIZED (SELECT c.p <= {cap} AND (c.p = 0 OR n.n > c.p / %(nw_share)s) AS selective FROM c, n)"
+        f" SELECT v.selective, CASE WHEN v.selective THEN (SELECT coalesce(array_agg(DISTINCT x.fact_id), '{{}}')"
+        f" FROM p CROSS JOIN LATERAL (SELECT f.fact_id FROM mem_facts f WHERE f.agent_id = %(a)s"
+        f" AND f.source_message_ids @> ARRAY[p.message_id]) x) END FROM v",
+        {"a": agent_id, "nw_share": share, **scope.params},
     ).fetchone()
-    passing = None if row is None else int(row[0])
-    selective = passing is not None and passing <= cap and (
-        passing == 0 or (row[1] is not None and int(row[1]) > passing / max(share, 1e-9)))
-    return Narrowing(scope.turn_sql, scope.params, selective)
+    if row is None or not row[0]:
+        return Narrowing(scope.turn_sql, scope.params, False)
+    return Narrowing(scope.turn_sql, {**scope.params, "nwf": list(row[1] or [])}, True)

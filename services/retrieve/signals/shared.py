@@ -59,13 +59,12 @@ class Narrowing:
         return self.turn_sql.replace(TURN_ALIAS, alias)
 
     def fact(self, alias: str) -> str:
-        """Selective: the fact's sources overlap the passing turns, read once per statement
-        (an InitPlan of at most ``scope.SELECTIVE_TURNS`` ids; the GIN index on
-        ``source_message_ids`` finds the facts). Else one probe of the turns' primary key per
-        row the statement visits, which a broad filter passes at once."""
+        """Selective: the fact is one of those drawn from a passing turn, listed once per call
+        by ``scope.probe`` (``nwf``; a hashed test per row, or the primary key finds them).
+        Else one probe of the turns' primary key per row the statement visits, which a broad
+        filter passes at once."""
         if self.selective:
-            return (f"{alias}.source_message_ids && ARRAY(SELECT nw.message_id FROM mem_messages nw"
-                    f" WHERE nw.agent_id = %(a)s AND {self.turn('nw')})")
+            return f"{alias}.fact_id = ANY(%(nwf)s::text[])"
         return (f"EXISTS (SELECT 1 FROM mem_messages nw WHERE nw.agent_id = {alias}.agent_id"
                 f" AND nw.message_id = ANY({alias}.source_message_ids) AND {self.turn('nw')})")
 
