@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engramdb.services.management.metadata_filter import MetadataFilter
-from engramdb.services.retrieve.signals.shared import TURN_ALIAS, Narrowing
+from engramdb.services.retrieve.signals.shared import TURN_ALIAS, Narrowing, custom_plans
 
 MAX_SESSIONS = 1000
 # the narrowing is selective (exact nearest rows over the passing turns' facts) when at most
@@ -128,19 +128,21 @@ def probe(conn: Any, agent_id: str, scope: Narrowing | None, cap: int | None = N
     # p: the passing turns (at most cap + 1); n: the agent's turns, counted up to
     # floor(p / share) + 1 (more than that: the passing ones are under ``share`` of them);
     # ids: when selective, the facts drawn from a passing turn, one GIN lookup per turn
-    row = conn.execute(
-        f"WITH p AS MATERIALIZED (SELECT m.message_id FROM mem_messages m"
-        f" WHERE m.agent_id = %(a)s AND {scope.turn('m')} LIMIT {cap + 1}),"
-        f" c AS MATERIALIZED (SELECT count(*) AS p FROM p),"
-        f" n AS MATERIALIZED (SELECT count(*) AS n FROM (SELECT 1 FROM mem_messages m WHERE m.agent_id = %(a)s"
-        f" LIMIT (SELECT CASE WHEN c.p BETWEEN 1 AND {cap} THEN floor(c.p / %(nw_share)s)::bigint + 1"
-        f" ELSE 0 END FROM c)) t),"
-        f" v AS MATERIALIZED (SELECT c.p <= {cap} AND (c.p = 0 OR n.n > c.p / %(nw_share)s) AS selective FROM c, n)"
-        f" SELECT v.selective, CASE WHEN v.selective THEN (SELECT coalesce(array_agg(DISTINCT x.fact_id), '{{}}')"
-        f" FROM p CROSS JOIN LATERAL (SELECT f.fact_id FROM mem_facts f WHERE f.agent_id = %(a)s"
-        f" AND f.source_message_ids @> ARRAY[p.message_id]) x) END FROM v",
-        {"a": agent_id, "nw_share": share, **scope.params},
-    ).fetchone()
+    with custom_plans(conn):  # a generic plan (psycopg prepares after 5 runs) knows no sizes
+        cur = conn.execute(
+            f"WITH p AS MATERIALIZED (SELECT m.message_id FROM mem_messages m"
+            f" WHERE m.agent_id = %(a)s AND {scope.turn('m')} LIMIT {cap + 1}),"
+            f" c AS MATERIALIZED (SELECT count(*) AS p FROM p),"
+            f" n AS MATERIALIZED (SELECT count(*) AS n FROM (SELECT 1 FROM mem_messages m WHERE m.agent_id = %(a)s"
+            f" LIMIT (SELECT CASE WHEN c.p BETWEEN 1 AND {cap} THEN floor(c.p / %(nw_share)s)::bigint + 1"
+            f" ELSE 0 END FROM c)) t),"
+            f" v AS MATERIALIZED (SELECT c.p <= {cap} AND (c.p = 0 OR n.n > c.p / %(nw_share)s) AS selective FROM c, n)"
+            f" SELECT v.selective, CASE WHEN v.selective THEN (SELECT coalesce(array_agg(DISTINCT x.fact_id), '{{}}')"
+            f" FROM p CROSS JOIN LATERAL (SELECT f.fact_id FROM mem_facts f WHERE"
+            f" f.source_message_ids @> ARRAY[p.message_id] AND f.agent_id = %(a)s) x) END FROM v",
+            {"a": agent_id, "nw_share": share, **scope.params},
+            )
+    row = cur.fetchone()
     if row is None or not row[0]:
         return Narrowing(scope.turn_sql, scope.params, False)
     return Narrowing(scope.turn_sql, {**scope.params, "nwf": list(row[1] or [])}, True)

@@ -6,7 +6,6 @@ parameter; LIKE patterns are escaped."""
 from __future__ import annotations
 
 import re
-
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
