@@ -35,7 +35,7 @@ from engramdb.services.retrieve.signals.shared import (
     Narrowing,
     batch,
     exact_when_selective,
-    fact_visibility,
+    fact_scope_split,
     message_visibility,
     narrowing_params,
     nearest_cte,
@@ -187,7 +187,8 @@ def sweep(
     name-less question's vector) first, at most ``per_session`` per session (facts: per day
     they became valid). No similarity threshold: the sweep ranks, fusion decides."""
     fetch = limit * 3 if per_session > 0 else limit
-    facts_where = f"{fact_visibility(as_of, scope=scope)} AND f.confidence >= %(minc)s"
+    visible, late, late_cols = fact_scope_split(as_of, scope)
+    facts_where = f"{visible} AND f.confidence >= %(minc)s"
     msgs_where = message_visibility(as_of, scope=scope)
     small = (exact_when_selective(small[0], scope), exact_when_selective(small[1], scope))
     if only_subject:
@@ -202,7 +203,7 @@ def sweep(
             # the day as text: a grouping key only, and a year-10000 edge date (an older
             # release's poisoned row) would not load as a Python date; read with the nearest
             # rows themselves, not by a second lookup (ADR-0038)
-            f"WITH {nearest_cte('mem_facts', 'f', 'fact_id', facts_where, exact_rows, small[0], _DAY)}"
+            f"WITH {nearest_cte('mem_facts', 'f', 'fact_id', facts_where, exact_rows, small[0], _DAY, late, late_cols)}"
             " SELECT nn.fact_id, nn.day FROM nn ORDER BY nn.d, nn.fact_id",
             params,
         )

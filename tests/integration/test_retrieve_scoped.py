@@ -40,6 +40,8 @@ def memory(request: pytest.FixtureRequest, fresh_schema: Any, agent_id: str,
     turns' ids, exact nearest rows) and many (a probe of the turns per row, HNSW)."""
     if request.param == "broad":
         monkeypatch.setattr(scope_module, "SELECTIVE_TURNS", 0)
+    else:  # one session of four is a quarter of this tiny agent's turns: selective anyway
+        monkeypatch.setattr(scope_module, "SELECTIVE_SHARE", 1.0)
     _schema, env = fresh_schema("scoped")
     with Memory.open(env=env, embedder=HashEmbedder(384), llm=None, quiet=True) as mem:
         last = None
@@ -118,7 +120,7 @@ def test_every_signal_statement_is_narrowed(memory: Memory, agent_id: str, pg_ur
     qvec = vector_literal(emb.embed([home_text])[0])
     base = narrowing(RetrieveFilter.of("s-work"))
     with _schema_conn(memory, pg_url) as conn:
-        scope = probe(conn, agent_id, base, cap=1000 if selective else 0)
+        scope = probe(conn, agent_id, base, cap=1000 if selective else 0, share=1.0)
         assert scope is not None and scope.selective is selective
         facts = {f.fact_id: f for f in memory.list_facts(agent_id, limit=100).items}
         home = {fid for fid, f in facts.items() if "Recife" in f.text}
@@ -184,8 +186,12 @@ def test_explain_shows_the_narrowing_under_the_limit(memory: Memory, agent_id: s
     with _schema_conn(memory, pg_url) as conn:
         for name, (sql, params) in {"semantic": semantic_sql, "keyword": keyword_sql, "bm25": bm25_sql}.items():
             plan = _explain(conn, sql, params)
-            assert "session_id = ANY" in plan and "Limit" in plan, (name, plan)
-            assert plan.index("Limit") < plan.rindex("session_id = ANY"), (name, plan)
+            # broad: the turns' session test per row; selective: the facts of the passing
+            # turns, listed once per call by ``probe`` (``nwf``)
+            marker = "session_id = ANY" if "session_id = ANY" in plan else "fact_id = ANY"
+            assert marker in plan and "Limit" in plan, (name, plan)
+            assert plan.index("Limit") < plan.rindex(marker), (name, plan)
+            assert marker == "session_id = ANY" or params.get("nwf"), (name, params)
 
 
 def test_async_retrieve_takes_the_same_narrowing(memory: Memory, agent_id: str) -> None:
@@ -205,3 +211,45 @@ def test_async_retrieve_takes_the_same_narrowing(memory: Memory, agent_id: str) 
     assert [f.fact_id for f in got.facts] == [f.fact_id for f in sync.facts]
     assert [e.message_id for e in got.events] == [e.message_id for e in sync.events]
     assert "Recife" not in got.context
+
+
+def test_probe_weighs_the_share_of_passing_turns(memory: Memory, agent_id: str, pg_url: str) -> None:
+    """Selective needs few passing turns AND a small share of the agent's: one session of
+    this agent's four is a quarter of its turns (ADR-0047: the overlap form costs ~ passing²,
+    a filtered HNSW walk ~ 1 / share)."""
+    one = narrowing(RetrieveFilter.of("s-work"))
+    none_pass = narrowing(RetrieveFilter.of(metadata={"channel": "fax"}))
+    with _schema_conn(memory, pg_url) as conn:
+        verdicts = {share: probe(conn, agent_id, one, cap=1000, share=share) for share in (1.0, 0.3, 0.25, 0.2)}
+        assert {s: v.selective for s, v in verdicts.items() if v} == {1.0: True, 0.3: True, 0.25: False, 0.2: False}
+        assert probe(conn, agent_id, one, cap=0, share=1.0).selective is False  # type: ignore[union-attr]
+        empty = probe(conn, agent_id, none_pass, cap=1000, share=0.01)
+        assert empty is not None and empty.selective  # nothing passes: the exact search over nothing
+
+
+def test_broad_forms_return_the_same_nearest_facts(memory: Memory, agent_id: str, pg_url: str) -> None:
+    """The exact nearest-facts branch under a broad narrowing tests its per-row probe late (on
+    the rows in distance order until the limit passes, ``nearest_cte``'s ``late``): the same
+    facts in the same order as the selective form, which tests it first — and only facts of
+    a passing turn, for every limit."""
+    cfg = RetrieveConfig()
+    emb = HashEmbedder(384)
+    base = narrowing(RetrieveFilter.of(metadata={"channel": "slack"}))
+    turns = {t.message_id: t.metadata for t in memory.list_messages(agent_id, limit=100).items}
+    facts = {f.fact_id: f for f in memory.list_facts(agent_id, limit=100).items}
+    passing = {fid for fid, f in facts.items()
+               if any(turns.get(m, {}).get("channel") == "slack" for m in f.source_message_ids)}
+    assert passing and passing != set(facts)
+    with _schema_conn(memory, pg_url) as conn:
+        broad = probe(conn, agent_id, base, cap=0)
+        selective = probe(conn, agent_id, base, cap=1000, share=1.0)
+        assert broad is not None and not broad.selective and selective is not None and selective.selective
+        for text in (SESSIONS["s-home"][0], SESSIONS["s-work"][0], "cello"):
+            qvec = vector_literal(emb.embed([text])[0])
+            for pool in (1, 2, 60):
+                c = cfg.model_copy(update={"candidates": cfg.candidates.model_copy(update={"candidate_pool": pool})})
+                got = {name: semantic.semantic_facts(conn, agent_id, qvec, c, -1.0, None, exact_rows=10**6,
+                                                     small=True, scope=s)
+                       for name, s in (("broad", broad), ("selective", selective))}
+                assert got["broad"] == got["selective"], (text, pool, got)
+                assert got["broad"] and {i for i, _ in got["broad"]} <= passing, (text, pool)

@@ -11,7 +11,7 @@ from engramdb.services.retrieve.signals.shared import (
     Narrowing,
     batch,
     exact_when_selective,
-    fact_visibility,
+    fact_scope_split,
     narrowing_params,
     nearest_cte,
     set_hnsw,
@@ -33,11 +33,12 @@ def semantic_facts(
     """(fact_id, cosine) of the nearest facts above the similarity threshold, HNSW order
     (exact below ``exact_rows`` rows of the agent, see ``nearest_cte``, or as ``small`` says)."""
     limit = cfg.candidates.candidate_pool
-    where = f"{fact_visibility(as_of, scope=scope)} AND f.confidence >= %(minc)s"
+    visible, late, late_cols = fact_scope_split(as_of, scope)
+    where = f"{visible} AND f.confidence >= %(minc)s"
     with batch(conn):  # the settings and the search travel in one round trip
         set_hnsw(conn, max(cfg.candidates.hnsw_ef_search, limit))
         cur = conn.execute(
-            f"WITH {nearest_cte('mem_facts', 'f', 'fact_id', where, exact_rows, exact_when_selective(small, scope))}"
+            f"WITH {nearest_cte('mem_facts', 'f', 'fact_id', where, exact_rows, exact_when_selective(small, scope), late=late, late_cols=late_cols)}"
             " SELECT fact_id, 1 - d FROM nn WHERE d <= %(maxd)s ORDER BY d, fact_id",
             {
                 "q": qvec,
