@@ -178,7 +178,8 @@ def test_deliveries_signed_caught_up_and_dead_lettered(memory: Memory, nats_url:
     recorded = {s.webhook_id: s for s in memory.webhook_stats()}
     assert recorded[live.webhook_id].delivered == live_stats["delivered"]
     assert recorded[dead.webhook_id].dead_lettered == len(letters)
-    assert recorded[dead.webhook_id].failed_attempts == 3 * len(letters)
+    # every dead letter cost 3 attempts; a change still being retried at stop adds its own
+    assert recorded[dead.webhook_id].failed_attempts >= 3 * len(letters)
     assert "ConnectError" in (recorded[dead.webhook_id].last_error or "")
     assert recorded[live.webhook_id].pending == 0
     scraped = memory.metrics.exposition().decode()
