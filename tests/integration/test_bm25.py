@@ -222,3 +222,36 @@ def test_sampled_facts_keep_the_visibility_filter(store: Store) -> None:
     assert len(hits) == 100
     for doc_id, score in hits:
         assert score == pytest.approx(want[doc_id], abs=1e-6)
+
+
+def test_a_narrowing_picks_rows_and_leaves_their_scores_alone(store: Store) -> None:
+    """A session / metadata narrowing (ADR-0047) returns only the rows that pass it, each with
+    the score it has unnarrowed (the agent's N, avgdl and df), best first, up to the limit —
+    as a filter clause in Lucene leaves the IDF alone. Broad (probe per scored row) and
+    selective (the listed fact ids) forms give the same rows."""
+    from engramdb.services.retrieve.scope import RetrieveFilter, narrowing
+    from engramdb.services.retrieve.signals.shared import Narrowing
+
+    for i in range(12):
+        session = "s-home" if i % 3 == 0 else "s-work"
+        store.message("a", f"m{i:02d}", "tea " * (1 + i % 4) + f"note {i}", session_id=session)
+        store.fact("a", f"f{i:02d}", "person:ana", "tea " * (1 + i % 4) + f"fact {i}",
+                   source_message_id=f"m{i:02d}")
+    home = {f"m{i:02d}" for i in range(0, 12, 3)}
+    broad = narrowing(RetrieveFilter.of("s-home"))
+    assert broad is not None and not broad.selective
+    listed = Narrowing(broad.turn_sql, {**broad.params, "nwf": [f"f{m[1:]}" for m in home]}, True)
+    with store.pool.connection() as conn:
+        all_turns = dict(bm25_messages(conn, "a", "tea", None, 100))
+        all_facts = dict(bm25_facts(conn, "a", "tea", None, 0.0, 100))
+        turns = bm25_messages(conn, "a", "tea", None, 3, scope=broad)
+        by_probe = bm25_facts(conn, "a", "tea", None, 0.0, 3, scope=broad)
+        by_list = bm25_facts(conn, "a", "tea", None, 0.0, 3, scope=listed)
+    want_turns = sorted(home, key=lambda m: (-all_turns[m], m))[:3]
+    assert ids(turns) == want_turns
+    for doc_id, score in turns:
+        assert score == pytest.approx(all_turns[doc_id], abs=1e-9)
+    want_facts = sorted((f"f{m[1:]}" for m in home), key=lambda f: (-all_facts[f], f))[:3]
+    assert ids(by_probe) == ids(by_list) == want_facts
+    for doc_id, score in by_probe:
+        assert score == pytest.approx(all_facts[doc_id], abs=1e-9)

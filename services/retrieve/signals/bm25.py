@@ -31,6 +31,7 @@ from engramdb.services.retrieve.signals.shared import (
     Narrowing,
     custom_plans,
     fact_visibility,
+    late_probe,
     message_visibility,
     narrowing_params,
 )
@@ -47,10 +48,17 @@ EXACT_STATS_ROWS = 20_000
 _OPERAND = "'''' || replace(replace(t.lexeme, '\\', '\\\\'), '''', '''''') || ''''"
 
 
-def _bm25_sql(table: str, alias: str, id_col: str, where: str) -> str:
+def _bm25_sql(table: str, alias: str, id_col: str, where: str, keep: str = "", late: str = "") -> str:
     """The statement for ``table`` (``where``: the visibility filter of ``alias``); the query
-    text and the limit are the parameters ``q`` / ``n``."""
+    text and the limit are the parameters ``q`` / ``n``. A narrowing (ADR-0047) picks the rows
+    scored, never the statistics (``_narrowed_facts``): ``keep``, a condition on the row
+    ``alias`` itself, read with each hit; ``late``, a condition on a scored row ``s`` (its id
+    ``s.id``) that needs a probe, tested in score order until ``n`` rows pass."""
     a = alias
+    kept, keep_col = ("WHERE h.keep", f", ({keep}) AS keep") if keep else ("", "")
+    # narrowed: the scored rows in order, fenced (OFFSET 0) so ``late`` runs on them in that
+    # order and LIMIT stops the scan (the same rows as testing it first: the order is total)
+    opening, closing = ("SELECT s.id, s.score FROM (", f" OFFSET 0) s WHERE {late}") if late else ("", "")
     visible = f"{a}.agent_id = %(a)s AND {where}"
     return f"""
     WITH q AS MATERIALIZED (
@@ -69,7 +77,7 @@ def _bm25_sql(table: str, alias: str, id_col: str, where: str) -> str:
         ) exact WHERE (SELECT n <= %(exact_rows)s FROM sample)
     ), hits AS MATERIALIZED (
         SELECT {a}.{id_col} AS id, {a}.search_len::float8 AS len, t.lexeme,
-               coalesce(array_length(t.positions, 1), 1)::float8 AS tf
+               coalesce(array_length(t.positions, 1), 1)::float8 AS tf{keep_col}
           FROM {table} {a}
          CROSS JOIN LATERAL unnest(ts_filter(
                setweight({a}.search_tsv, 'A', (SELECT lexemes FROM q)), '{{a}}')) t
@@ -77,15 +85,35 @@ def _bm25_sql(table: str, alias: str, id_col: str, where: str) -> str:
     ), df AS (
         SELECT lexeme, count(*)::float8 AS df FROM hits GROUP BY lexeme
     )
-    SELECT h.id,
+    {opening}SELECT h.id,
            sum(ln(1 + (s.n - d.df + 0.5) / (d.df + 0.5))
                * h.tf * (%(k1)s + 1)
                / (h.tf + %(k1)s * (1 - %(b)s + %(b)s * h.len / greatest(s.avgdl, 1e-9)))) AS score
-      FROM hits h JOIN df d USING (lexeme) CROSS JOIN stats s
+      FROM hits h JOIN df d USING (lexeme) CROSS JOIN stats s {kept}
      GROUP BY h.id
-     ORDER BY score DESC, h.id
+     ORDER BY score DESC, h.id{closing}
      LIMIT %(n)s
     """
+
+
+def _narrowed_facts(scope: Narrowing | None) -> tuple[str, str]:
+    """A narrowing over facts as ``(keep, late)``: a selective one's listed ids (a hashed test
+    on each hit), else the fact's source-turn probe by primary key, late. Why late, and the statistics unnarrowed: a
+    filter picks which rows are scored, not the collection they are scored against — as a
+    Lucene / Elasticsearch filter clause leaves the IDF alone. Narrowing the statistics made
+    every sampled row and every hit pay the source probe (~78 ms of a broad filter's call at
+    100k facts, ADR-0047); now only the rows read in score order until ``n`` pass do."""
+    if scope is None:
+        return "", ""
+    if scope.selective:
+        return "f.fact_id = ANY(%(nwf)s::text[])", ""
+    return "", late_probe(f"SELECT true FROM mem_facts lf WHERE lf.agent_id = %(a)s AND lf.fact_id = s.id"
+                      f" AND {scope.fact('lf')}")
+
+
+def _narrowed_turns(scope: Narrowing | None) -> str:
+    """A narrowing over turns as ``keep``: the hit turn's own session / metadata (no probe)."""
+    return "" if scope is None else scope.turn("m")
 
 
 def _exact(exact_rows: int | None) -> int:
@@ -112,8 +140,10 @@ def bm25_messages(
     scope: Narrowing | None = None,
 ) -> list[tuple[str, float]]:
     """(message_id, BM25 score) of the agent's messages visible (as of ``as_of``), best
-    first, ties by id. The speaker's name is part of each message's document."""
-    statement = _bm25_sql("mem_messages", "m", "message_id", message_visibility(as_of, scope=scope))
+    first, ties by id. The speaker's name is part of each message's document. ``scope``:
+    only turns that pass it are returned, scored against all of them (``_narrowed_facts``)."""
+    statement = _bm25_sql("mem_messages", "m", "message_id", message_visibility(as_of),
+                          keep=_narrowed_turns(scope))
     return _run(conn, statement, {"a": agent_id, "q": query_text, "t": as_of, "n": limit,
                                   "k1": float(k1), "b": float(b), "exact_rows": _exact(exact_rows),
                                   **narrowing_params(scope)})
@@ -133,9 +163,10 @@ def bm25_facts(
 ) -> list[tuple[str, float]]:
     """(fact_id, BM25 score) of the agent's facts active now (or as of ``as_of``) with at
     least ``min_confidence``, best first, ties by id. N, avgdl and df count the same facts;
-    the entity's name is part of each fact's document."""
-    where = f"{fact_visibility(as_of, scope=scope)} AND f.confidence >= %(minc)s"
-    statement = _bm25_sql("mem_facts", "f", "fact_id", where)
+    the entity's name is part of each fact's document. ``scope``: only facts that pass it
+    are returned, scored against all of them (``_narrowed_facts``)."""
+    where = f"{fact_visibility(as_of)} AND f.confidence >= %(minc)s"
+    statement = _bm25_sql("mem_facts", "f", "fact_id", where, *_narrowed_facts(scope))
     return _run(conn, statement, {"a": agent_id, "q": query_text, "t": as_of, "n": limit,
                                   "minc": float(min_confidence), "k1": float(k1),
                                   "b": float(b), "exact_rows": _exact(exact_rows),

@@ -68,6 +68,15 @@ class Narrowing:
                 f" AND nw.message_id = ANY({alias}.source_message_ids) AND {self.turn('nw')})")
 
 
+def late_probe(select_true: str) -> str:
+    """A per-row test to run on rows that come in a fenced order (``… ORDER BY … OFFSET 0) s
+    WHERE <test> LIMIT n``), as a scalar subquery: an ``EXISTS`` there may be pulled up into a
+    semi-join, and a hashed semi-join need not keep the order — LIMIT then keeps rows that are
+    not the best (seen with BM25's scored rows). A scalar subplan is a filter on the ordered
+    scan, evaluated row by row until LIMIT is met."""
+    return f"coalesce(({select_true} LIMIT 1), false)"
+
+
 def exact_when_selective(small: bool | None, scope: Narrowing | None) -> bool | None:
     """``nearest_cte``'s ``small``: the exact branch when the narrowing is selective (its few
     rows are sorted by distance), else the size gate's verdict."""
@@ -93,8 +102,9 @@ def fact_scope_split(as_of: datetime | None, scope: Narrowing | None,
     becomes ``late`` (tested in distance order, see ``nearest_cte``)."""
     if scope is None or scope.selective:
         return fact_visibility(as_of, alias, scope), "", ""
-    return (fact_visibility(as_of, alias), scope.fact(alias),
-            f", {alias}.agent_id, {alias}.source_message_ids")
+    late = late_probe(f"SELECT true FROM mem_messages nw WHERE nw.agent_id = {alias}.agent_id"
+                      f" AND nw.message_id = ANY({alias}.source_message_ids) AND {scope.turn('nw')}")
+    return fact_visibility(as_of, alias), late, f", {alias}.agent_id, {alias}.source_message_ids"
 
 
 def message_visibility(as_of: datetime | None, alias: str = "m", scope: Narrowing | None = None) -> str:
