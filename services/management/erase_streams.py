@@ -8,7 +8,13 @@ in NATS. Each of the agent's messages is deleted by sequence (``STREAM.MSG.DELET
 - message stream: the agent's subjects, ``<prefix>.messages.<partition>.<token>`` (the
   stream's partition transform) and the unpartitioned ``<prefix>.messages.<token>``;
 - dead-letter stream: its subject names no agent, so each letter's body is read and those
-  whose ``agent_id`` is the agent's, or whose subject carries its token, are deleted.
+  whose ``agent_id`` is the agent's, or whose subject carries its token, are deleted;
+- change stream (ADR-0049): the agent's subject ``<prefix>.changes.<token>`` — its changes
+  carry fact texts. The change publisher purges that subject at the ``Erased`` marker, but a
+  purge does not overwrite the stored bytes; the text-free ``agent.erased`` change is kept
+  (webhooks and subscribers are told of the erasure);
+- webhook dead-letter stream: undeliverable changes, their bodies with the agent's texts;
+  those whose ``agent_id`` is the agent's are deleted (issue 28: "every stream").
 
 Streams that do not exist (no ingest ever ran) are skipped. The scan reads with an
 ephemeral ordered consumer, so no durable consumer's position changes.
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from dataclasses import dataclass
 
 import nats
@@ -36,8 +43,22 @@ from engramdb.services.write.messages import (
 
 @dataclass(frozen=True)
 class StreamErasure:
-    messages_deleted: int
-    dead_letters_deleted: int
+    messages_deleted: int  # turns (message stream) and changes (change stream)
+    dead_letters_deleted: int  # ingest and webhook dead letters
+
+
+def _stream_base(prefix: str) -> str:
+    """The stream-name stem of ``entrypoints/nats/changes.changes_stream_name`` (not imported:
+    management may not import an entry point)."""
+    return re.sub(r"[^A-Z0-9_]", "_", prefix.upper())
+
+
+def _body(msg: Msg) -> dict[str, object]:
+    try:
+        body = json.loads(msg.data)
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
 
 
 async def _matching(js: JetStreamContext, stream: str, subject: str,
@@ -81,19 +102,25 @@ async def erase_from_streams(nats_url: str, prefix: str, agent_id: str) -> Strea
             await js.delete_msg(stream, seq)
 
         def is_agents(msg: Msg) -> bool:
-            try:
-                body = json.loads(msg.data)
-            except ValueError:
-                return False
-            if not isinstance(body, dict):
-                return False
+            body = _body(msg)
             return body.get("agent_id") == agent_id or token in str(body.get("subject") or "")
 
         dead = deadletter_stream_name(prefix)
         dead_seqs = await _matching(js, dead, ">", keep=is_agents)
         for seq in dead_seqs:
             await js.delete_msg(dead, seq)
-        return StreamErasure(len(seqs), len(dead_seqs))
+
+        changes = _stream_base(prefix) + "_CHANGES"
+        change_seqs = await _matching(js, changes, f"{prefix}.changes.{token}",
+                                      keep=lambda m: _body(m).get("kind") != "agent.erased")
+        for seq in change_seqs:
+            await js.delete_msg(changes, seq)
+        hooks_dead = _stream_base(prefix) + "_WEBHOOK_DEAD"
+        hook_seqs = await _matching(js, hooks_dead, ">",
+                                    keep=lambda m: _body(m).get("agent_id") == agent_id)
+        for seq in hook_seqs:
+            await js.delete_msg(hooks_dead, seq)
+        return StreamErasure(len(seqs) + len(change_seqs), len(dead_seqs) + len(hook_seqs))
     finally:
         await nc.close()
 

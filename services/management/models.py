@@ -204,11 +204,12 @@ class EraseResult(BaseModel):
         "files (issue 28, ADR-0051)",
     )
     stream_messages_deleted: int | None = Field(
-        default=None, description="the agent's turns deleted from the NATS message stream "
-        "(None: this process uses no NATS)",
+        default=None, description="the agent's turns and changes deleted from the NATS message "
+        "and change streams (None: this process uses no NATS)",
     )
     dead_letters_deleted: int | None = Field(
-        default=None, description="the agent's dead letters deleted (None: no NATS here)"
+        default=None, description="the agent's ingest and webhook dead letters deleted "
+        "(None: no NATS here)"
     )
 
 

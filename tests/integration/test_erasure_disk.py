@@ -11,6 +11,7 @@ what is grepped), real projectors, the hashing embedder and the rule-based extra
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import tempfile
 import time
@@ -27,8 +28,10 @@ from engramdb.infra.data_keys import TABLE as KEY_TABLE
 from engramdb.infra.database import es_env_from_url
 from engramdb.infra.embedded_postgres import PostgresHandle, ensure_postgres
 from engramdb.infra.providers.scripted import HashEmbedder
+from engramdb.services.entrypoints.nats.changes import changes_stream_name, changes_subject
 from engramdb.services.entrypoints.nats.ingest.partitions import messages_stream_config
 from engramdb.services.entrypoints.nats.publisher import MessagePublisher
+from engramdb.services.entrypoints.nats.webhooks import dead_stream_name
 from engramdb.services.jobs.base import JobContext
 from engramdb.services.jobs.runner import run_pass
 from engramdb.services.memory.facade import Memory
@@ -128,6 +131,11 @@ async def _stream_state(nats_url: str, prefix: str, a: str, b: str) -> dict[str,
                                         subjects_filter=f"{prefix}.messages.*.{agent_token(agent)}")
             out[who] = sum((info.state.subjects or {}).values())
         out["dead"] = (await js.stream_info(deadletter_stream_name(prefix))).state.messages
+        for who, agent in (("changes_a", a), ("changes_b", b)):
+            info = await js.stream_info(changes_stream_name(prefix),
+                                        subjects_filter=changes_subject(agent, prefix))
+            out[who] = sum((info.state.subjects or {}).values())
+        out["hook_dead"] = (await js.stream_info(dead_stream_name(prefix))).state.messages
         return out
     finally:
         await nc.close()
@@ -144,6 +152,15 @@ async def _prepare_streams(nats_url: str, prefix: str, a: str, b: str) -> None:
             letter = DeadLetter(reason="test", stage="processing", agent_id=who,
                                 subject=message_subject(who, prefix), payload=text)
             await js.publish(deadletter_subject(prefix), letter.model_dump_json().encode())
+        # the change stream (fact texts) and the webhook dead letters (undelivered changes)
+        await js.add_stream(name=changes_stream_name(prefix), subjects=[f"{prefix}.changes.>"])
+        await js.add_stream(name=dead_stream_name(prefix), subjects=[f"{prefix}.webhooks.dead.>"])
+        for who, text in ((a, f"Ana lives in {A_WORDS[1]}."), (b, f"Bo lives in {B_WORD}.")):
+            change = json.dumps({"kind": "fact.added", "agent_id": who, "text": text}).encode()
+            await js.publish(changes_subject(who, prefix), change)
+            await js.publish(f"{prefix}.webhooks.dead.hook1", change)
+        erased = json.dumps({"kind": "agent.erased", "agent_id": a}).encode()
+        await js.publish(changes_subject(a, prefix), erased)  # kept: it tells of the erasure
     finally:
         await nc.close()
     async with MessagePublisher(nats_url, prefix) as pub:
@@ -160,12 +177,15 @@ def test_erase_deletes_the_agents_turns_and_dead_letters_from_nats(
     prefix = f"erz{uuid.uuid4().hex[:8]}"
     a, b = "nats-a", "nats-b"
     asyncio.run(_prepare_streams(nats_url, prefix, a, b))
-    assert asyncio.run(_stream_state(nats_url, prefix, a, b)) == {"a": 3, "b": 1, "dead": 2}
+    assert asyncio.run(_stream_state(nats_url, prefix, a, b)) == {
+        "a": 3, "b": 1, "dead": 2, "changes_a": 2, "changes_b": 1, "hook_dead": 2}
     _schema, env = fresh_schema("erzn")
     with Memory.open(env=env, embedder=HashEmbedder(384), llm=None, quiet=True) as memory:
         memory.write(a, f"I live in {A_WORDS[0]}.", message_id="a0")
         memory.nats_url = nats_url
         memory.subject_prefix = prefix  # type: ignore[attr-defined]
         result = memory.erase_agent(a)
-    assert (result.stream_messages_deleted, result.dead_letters_deleted) == (3, 1)
-    assert asyncio.run(_stream_state(nats_url, prefix, a, b)) == {"a": 0, "b": 1, "dead": 1}
+    # 3 turns + 1 change (the erasure marker's change stays); 1 ingest + 1 webhook dead letter
+    assert (result.stream_messages_deleted, result.dead_letters_deleted) == (4, 2)
+    assert asyncio.run(_stream_state(nats_url, prefix, a, b)) == {
+        "a": 0, "b": 1, "dead": 1, "changes_a": 1, "changes_b": 1, "hook_dead": 1}

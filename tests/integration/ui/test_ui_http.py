@@ -5,6 +5,7 @@ attributes, loopback-only without keys, bad input as 4xx pages, /ui kept out of 
 from __future__ import annotations
 
 import re
+import uuid
 from typing import Any
 
 import httpx
@@ -241,3 +242,66 @@ async def test_a_tenants_key_lists_only_its_tenants_agents(ui_memory: Memory) ->
         assert "tenant-x:alice" not in page.text and AGENT not in page.text
         searched = await c.get("/ui/agents?q=tenant-x")
         assert searched.status_code == 200 and "tenant-x:alice" not in searched.text
+
+
+async def test_a_tenants_admin_sees_only_its_rows_on_operations(ui_memory: Memory,
+                                                                nats_url: str) -> None:
+    """Issue 28 item 1 on the inspector: ``/ui/ops`` checked "admin somewhere", so a tenant's
+    admin saw every tenant's job runs and dead letters (payloads inline) and the erasure
+    markers. Now it sees its own agents' rows; a key for every agent sees them all."""
+    import nats as nats_client
+
+    from engramdb.services.jobs.base import JobContext
+    from engramdb.services.jobs.runner import run_pass
+    from engramdb.services.write.messages import (
+        DeadLetter,
+        deadletter_stream_name,
+        deadletter_subject,
+        message_subject,
+    )
+
+    run = uuid.uuid4().hex[:6]
+    x, y, gone = f"opsx{run}:alice", f"opsy{run}:bob", f"opsx{run}:gone"
+    for agent in (x, y, gone):
+        for i in range(4):  # enough for a consolidation pattern: the jobs record a run
+            ui_memory.write(agent, f"I live in Lisbon and love tea number {i}.", speaker="U")
+    ui_memory.wait_for_projections()
+    run_pass(JobContext(ui_memory), agents=[x, y])
+    ui_memory.erase_agent(gone)
+    prefix = f"uiops{run}"
+    nc = await nats_client.connect(nats_url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(name=deadletter_stream_name(prefix), subjects=[deadletter_subject(prefix)])
+        for who in (x, y, None):
+            letter = DeadLetter(reason="test", stage="processing", agent_id=who,
+                                subject=message_subject(who or "nobody", prefix),
+                                payload=f"secret of {who or 'nobody'}")
+            await js.publish(deadletter_subject(prefix), letter.model_dump_json().encode())
+    finally:
+        await nc.close()
+    ring = KeyRing.parse([
+        {"id": "y-admin", "key": f"edb_y{run}", "agents": [f"opsy{run}:*"], "scopes": ["admin"]},
+        {"id": "all-admin", "key": f"edb_all{run}", "agents": ["*"], "scopes": ["admin"]},
+    ], "test")
+    app = secure(create_app(ui_memory), ring)
+    app.state.subject_prefix = prefix
+    ui_memory.nats_url = nats_url
+    pages = {}
+    try:
+        for key in (f"edb_y{run}", f"edb_all{run}"):
+            async with _client(app) as c:
+                login = await c.get("/ui/login")
+                r = await c.post("/ui/login", data={"csrf": _csrf(login.text), "key": key})
+                assert r.status_code == 303
+                r = await c.get("/ui/ops")
+                assert r.status_code == 200, r.text[-2000:]
+                pages[key] = r.text
+    finally:
+        ui_memory.nats_url = None
+    tenant, everyone = pages[f"edb_y{run}"], pages[f"edb_all{run}"]
+    assert y in tenant and "secret of " + y in tenant  # its own job runs and letters
+    assert x not in tenant and "secret of nobody" not in tenant
+    assert "No agent was erased." in tenant  # markers name no agent: not for a tenant
+    assert x in everyone and "secret of " + x in everyone and "secret of nobody" in everyone
+    assert "No agent was erased." not in everyone

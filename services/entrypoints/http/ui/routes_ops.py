@@ -12,6 +12,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
+from engramdb.infra.api_keys import Grant
 from engramdb.infra.settings import load_settings
 from engramdb.services.entrypoints.http.ui.calls import UIError, actor, call, form, may, need
 from engramdb.services.entrypoints.http.ui.render import page, seg
@@ -19,9 +20,19 @@ from engramdb.services.entrypoints.http.ui.render import page, seg
 router = APIRouter(include_in_schema=False)
 
 
+def _everyone(grant: Grant) -> bool:
+    """Whether the key covers every agent (``*``, or the open loopback mode)."""
+    return "*" in grant.agents
+
+
 @router.get("/ops", response_class=HTMLResponse)
 async def operations(request: Request) -> HTMLResponse:
-    need(request, "admin")
+    """Deployment-wide health for any admin; the rows that name agents (pending extractions,
+    job runs, dead letters) only for the key's agents (issue 28: a tenant's admin must not see
+    another tenant). Erasure markers and letters without an agent id cannot be attributed, so
+    only a key for every agent sees them. Rows are filtered from the newest 100 (50 letters):
+    a tenant's list may be shorter than its share."""
+    grant = need(request, "admin")
     memory = request.app.state.memory
     health: Any = None
     if getattr(memory, "health", None) is not None:
@@ -39,6 +50,12 @@ async def operations(request: Request) -> HTMLResponse:
             letters = await call(request, lambda m: m.dead_letters(subject_prefix(request), 50))
         except Exception as exc:  # noqa: BLE001 - NATS down is what this page must show
             letters_error = f"{type(exc).__name__}: {exc}"
+    if not _everyone(grant):
+        pending = [p for p in pending if grant.allows("admin", p.agent_id)]
+        runs = [r for r in runs if grant.allows("admin", r.agent_id)]
+        markers = []
+        if letters is not None:
+            letters = [d for d in letters if d.agent_id and grant.allows("admin", d.agent_id)]
     return page(request, "ops.html", title="Operations", health=health, pending=pending,
                 runs=runs, markers=markers, letters=letters, letters_error=letters_error)
 
