@@ -17,6 +17,7 @@ import grimp
 REPO = Path(__file__).resolve().parents[2]
 LAYERS = ("domain", "projections", "services", "infra")
 MAX_LINES = 400
+MAX_FUNCTION_LINES = 80
 LONG_REASON = "Why this module is long:"
 
 
@@ -41,6 +42,20 @@ def test_modules_over_400_lines_say_why() -> None:
             if LONG_REASON not in docstring:
                 too_long.append(f"{path.relative_to(REPO)} ({source.count(chr(10))} lines)")
     assert too_long == [], f"split these by job, or say '{LONG_REASON} ...' at the top: {too_long}"
+
+
+def test_no_production_function_over_80_lines() -> None:
+    """ADR-0043 (issue 22): a function past 80 lines usually does several stages; split it by
+    stage (a nested function counts inside its host, so a host of many closures splits too)."""
+    long_functions = []
+    for layer in LAYERS:
+        for path in sorted((REPO / layer).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    length = (node.end_lineno or node.lineno) - node.lineno + 1
+                    if length > MAX_FUNCTION_LINES:
+                        long_functions.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({length})")
+    assert long_functions == [], f"split these by stage (ADR-0043): {long_functions}"
 
 
 def test_services_has_rooms_and_nothing_loose_at_its_top() -> None:
