@@ -241,3 +241,88 @@ async def test_a_tenants_key_lists_only_its_tenants_agents(ui_memory: Memory) ->
         assert "tenant-x:alice" not in page.text and AGENT not in page.text
         searched = await c.get("/ui/agents?q=tenant-x")
         assert searched.status_code == 200 and "tenant-x:alice" not in searched.text
+
+
+async def test_lineage_shows_the_recorded_llm_output_escaped(pg_url: str) -> None:
+    """Issue 23 item 3: the decision step shows what the LLM answered when it read the source
+    message (``Processed.raw_output``, in the log only), as inert text."""
+    import json
+    import uuid
+    from collections.abc import Sequence
+
+    import psycopg
+    from psycopg import sql
+
+    from engramdb.infra.database import es_env_from_url
+    from engramdb.infra.providers.scripted import HashEmbedder, ScriptedLLM
+    from engramdb.services.extraction.llm_extractor import LLMExtractor
+
+    def message_of(messages: Sequence[dict[str, Any]]) -> str:
+        return messages[-1]["content"].split('Message:\n"""\n', 1)[1].rsplit('\n"""', 1)[0]
+
+    said = "I moved to Lisbon last spring."
+    answer = json.dumps({"facts": [{"text": "Rui lives in Lisbon <script>x</script>",
+                                    "entity": "Rui", "category": "personal"}],
+                         "entities": [{"name": "Rui", "entity_type": "person"}],
+                         "relationships": []})
+    schema = f"uillm_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    try:
+        extractor = LLMExtractor(ScriptedLLM({said: answer}, key_fn=message_of))
+        with Memory.open(env=es_env_from_url(pg_url, schema), embedder=HashEmbedder(384),
+                         llm=None, extractor=extractor, quiet=True) as memory:
+            memory.write("llm-agent", said, speaker="Rui", message_id="m1")
+            memory.write("llm-agent", "Hello.", speaker="Rui", message_id="m2", infer=False)
+            memory.wait_for_projections()
+            fact = memory.list_facts("llm-agent").items[0]
+            assert fact.decided_by["extractor"] == "llm"
+            async with _client(create_app(memory)) as c:
+                r = await c.get(f"/ui/agents/llm-agent/facts/{fact.fact_id}")
+            assert r.status_code == 200, r.text[:500]
+            shown = r.text[r.text.index('id="dec-h"'):r.text.index('id="ver-h"')]
+            assert "Recorded LLM output for <code>m1</code>" in shown
+            assert "Rui lives in Lisbon &lt;script&gt;x&lt;/script&gt;" in shown
+            assert "<script>x" not in r.text
+            assert memory.extraction_outputs("llm-agent", ["m1", "m2", "nope"]).keys() == {"m1"}
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+async def test_main_pages_stay_light(ui_memory: Memory) -> None:
+    """Issue 23: "keep page weight small". Every main page, HTML plus the CSS and JS it links,
+    on the demo agent and on a 1,000-fact agent (pages of 50, so more facts weigh no more),
+    stays under 100 kB; the figures are printed for the closing note (``-s``)."""
+    from tests.support.ui_seed import seed_agent
+
+    big = "weights-1000"
+    with ui_memory.cell(big).pool.connection() as conn, conn.transaction():
+        seed_agent(conn, big, 1000)
+    mid, end = "2026-01-01T12:00:00%2B00:00", "2026-12-31T00:00:00%2B00:00"
+    budget = 100_000
+    async with _client(create_app(ui_memory)) as c:
+        assets = {}
+        for agent in (AGENT, big):
+            a = f"/ui/agents/{agent}"
+            fact = ui_memory.list_facts(agent).items[0].fact_id
+            for name, path in {
+                "agents": "/ui/agents", "facts": a, "entities+graph": f"{a}/entities",
+                "conversation": f"{a}/conversation", "patterns": f"{a}/patterns",
+                "lineage": f"{a}/facts/{fact}", "time (as of)": f"{a}/time?at={mid}",
+                "time+diff": f"{a}/time?at={mid}&t1={mid}&t2={end}",
+                "retrieve": f"{a}/retrieve?q=Where+does+Ana+live", "ops": "/ui/ops",
+                "login": "/ui/login",
+            }.items():
+                r = await c.get(path)
+                assert r.status_code == 200, (path, r.text[:300])
+                linked = re.findall(r'(?:href|src)="(/ui/static/[^"]+)"', r.text)
+                assert linked, path  # the page's own CSS/JS, nothing from elsewhere
+                for url in linked:
+                    if url not in assets:
+                        assets[url] = len((await c.get(url)).content)
+                total = len(r.content) + sum(assets[u] for u in set(linked))
+                print(f"page weight {agent:>14} {name:<14} HTML {len(r.content):>7,} B, "
+                      f"with CSS+JS {total:>7,} B")
+                assert total <= budget, (path, total)
+        assert not re.search(r'(?:href|src)="(?:https?:)?//', r.text)  # no CDN
