@@ -326,3 +326,52 @@ async def test_main_pages_stay_light(ui_memory: Memory) -> None:
                       f"with CSS+JS {total:>7,} B")
                 assert total <= budget, (path, total)
         assert not re.search(r'(?:href|src)="(?:https?:)?//', r.text)  # no CDN
+
+
+async def test_filters_diff_as_of_retrieve_and_health_show_what_they_claim(
+    ui_memory: Memory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 23 items 2, 4, 5, 6 beyond the browser scenarios: the speaker / session /
+    validity filters, a diff's added rows, a retrieve as of an instant, the health line;
+    and a key sent to the login page appears in no log record."""
+    import html
+    import logging
+    from datetime import timedelta
+    from urllib.parse import quote
+
+    def texts(body: str) -> list[str]:
+        """The fact column of the facts table (the first cell of each row)."""
+        return [html.unescape(t) for t in re.findall(r'<tr><td><bdi class="ut">([^<]*)</bdi></td>', body)]
+
+    recife = next(f for f in ui_memory.list_facts(AGENT, status="all").items if "Recife" in f.text)
+    then = max(recife.valid_from, recife.recorded_at) + timedelta(milliseconds=1)  # true and known
+    a = f"/ui/agents/{AGENT}"
+    async with _client(create_app(ui_memory)) as c:
+        for query, expected in [
+            ("?speaker=Ana", ui_memory.list_facts(AGENT, speaker="Ana").items),
+            ("?speaker=Nobody", []),
+            ("?session=s1&status=all", ui_memory.list_facts(AGENT, session="s1", status="all").items),
+            (f"?status=all&valid_at={quote(then.isoformat())}",
+             ui_memory.list_facts(AGENT, status="all", valid_at=then).items),
+        ]:
+            r = await c.get(a + query)
+            assert r.status_code == 200, (query, r.text[:300])
+            assert sorted(texts(r.text)) == sorted(f.text for f in expected), query
+            assert expected or "No facts." in r.text
+        held_then = [f.text for f in ui_memory.list_facts(AGENT, status="all", valid_at=then).items]
+        assert "Ana lives in Recife" in held_then and not any("Porto" in t for t in held_then)
+        r = await c.get(f"{a}/time?t1=2000-01-01T00:00:00%2B00:00&t2={quote(then.isoformat())}")
+        added = re.findall(r'<tr class="added"><td>\+ added</td>', r.text)
+        assert r.status_code == 200 and len(added) >= 2 and "Ana lives in Recife" in r.text
+        r = await c.get(f"{a}/retrieve?q=Where+does+Ana+live%3F&as_of={quote(then.isoformat())}")
+        context = html.unescape(r.text.split('id="context"', 1)[1].split("</pre>", 1)[0])
+        assert r.status_code == 200 and "Recife" in context and "Porto Alegre" not in context
+        r = await c.get("/ui/ops")
+        assert "✔ ready" in r.text and "max lag" in r.text and "Projections (lag" in r.text
+    caplog.set_level(logging.DEBUG)
+    async with _client(_keyed(ui_memory)) as c:
+        login = await c.get("/ui/login")
+        for key in (READ_KEY, "not-a-key-" + READ_KEY[::-1]):
+            await c.post("/ui/login", data={"csrf": _csrf(login.text), "key": key})
+        assert (await c.get(f"/ui/agents/{AGENT}")).status_code == 200
+    assert READ_KEY not in caplog.text and READ_KEY[::-1] not in caplog.text
