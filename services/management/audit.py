@@ -7,6 +7,8 @@
   scanned and folded with ``domain.fold``.
 - ``agent_history``: all decisions of an agent in order (``engramdb history --agent A``).
 - ``facts_as_of``: the agent's events replayed up to ``t`` through the reference fold.
+- ``extraction_outputs``: what the LLM answered when it read a message (``raw_output`` of the
+  message's latest ``Processed``/``Reprocessed``), for the inspector's lineage page.
 """
 
 from __future__ import annotations
@@ -17,12 +19,12 @@ from typing import Any
 from eventsourcing.persistence import StoredEvent
 from psycopg import sql
 
-from engramdb.domain.aggregate import AgentMemory
+from engramdb.domain.aggregate import AgentMemory, MessageRecord
 from engramdb.domain.erasure import UndecryptableEvent
 from engramdb.domain.fold import AsOfAxis, FactFold, FactRow
 from engramdb.domain.fold import facts_as_of as fold_facts_as_of
 from engramdb.domain.jobs import AgentJobs, agent_jobs_id
-from engramdb.domain.keys import agent_aggregate_id
+from engramdb.domain.keys import agent_aggregate_id, message_record_id
 from engramdb.domain.time_range import check_instant
 from engramdb.infra.pgsql import set_search_path
 from engramdb.services.management.audit_models import FactSnapshot, HistoryEntry
@@ -108,6 +110,23 @@ def _attach_messages(app: Any, agent_id: str, entries: list[HistoryEntry]) -> No
             record = app.message_record(agent_id, mid)
             texts[mid] = record.text if record is not None else None
         entry.message_text = texts[mid]
+
+
+def extraction_outputs(app: Any, agent_id: str, message_ids: list[str]) -> dict[str, str]:
+    """The recorded LLM output of each message's latest extraction, for the messages whose
+    extractor recorded one (the rule-based extractor and stored-only turns record none).
+    It lives only on the message's ``Processed``/``Reprocessed`` events, not in a read model,
+    so each message costs one read of its own short stream. An erased agent's events do not
+    decrypt and give nothing."""
+    found: dict[str, str] = {}
+    for mid in dict.fromkeys(message_ids):
+        for event in app.events.get(message_record_id(agent_id, mid)):
+            if isinstance(event, MessageRecord.Processed | MessageRecord.Reprocessed):
+                if event.raw_output:
+                    found[mid] = event.raw_output  # oldest first: the latest one wins
+                else:
+                    found.pop(mid, None)
+    return found
 
 
 # ----- reading the log -----------------------------------------------------------------

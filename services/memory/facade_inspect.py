@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from engramdb.services.management import inspect_queries as q
+from engramdb.services.management.audit import extraction_outputs
 from engramdb.services.management.dead_letters import latest_dead_letters
 from engramdb.services.management.inspect_models import (
     AgentOverview,
@@ -88,6 +89,11 @@ class InspectMixin:
     def erasure_of(self, agent_id: str) -> ErasureMarker | None:
         """The agent's erasure marker (its data key destroyed), or ``None``."""
         return q.erasure_of(self.cell(agent_id).pool, agent_id)
+
+    def extraction_outputs(self, agent_id: str, message_ids: Sequence[str]) -> dict[str, str]:
+        """What the LLM answered when it read each of ``message_ids`` (at most 20), where it
+        recorded an answer: the lineage page's "recorded LLM output"."""
+        return extraction_outputs(self.cell(agent_id).app, agent_id, list(message_ids)[:20])
 
     def dead_letters(self, prefix: str, limit: int = 50) -> list[DeadLetterItem] | None:
         """The newest dead letters on ``<prefix>.deadletter.messages``; ``None`` when this

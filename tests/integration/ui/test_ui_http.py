@@ -305,3 +305,137 @@ async def test_a_tenants_admin_sees_only_its_rows_on_operations(ui_memory: Memor
     assert "No agent was erased." in tenant  # markers name no agent: not for a tenant
     assert x in everyone and "secret of " + x in everyone and "secret of nobody" in everyone
     assert "No agent was erased." not in everyone
+
+
+async def test_lineage_shows_the_recorded_llm_output_escaped(pg_url: str) -> None:
+    """Issue 23 item 3: the decision step shows what the LLM answered when it read the source
+    message (``Processed.raw_output``, in the log only), as inert text."""
+    import json
+    import uuid
+    from collections.abc import Sequence
+
+    import psycopg
+    from psycopg import sql
+
+    from engramdb.infra.database import es_env_from_url
+    from engramdb.infra.providers.scripted import HashEmbedder, ScriptedLLM
+    from engramdb.services.extraction.llm_extractor import LLMExtractor
+
+    def message_of(messages: Sequence[dict[str, Any]]) -> str:
+        return messages[-1]["content"].split('Message:\n"""\n', 1)[1].rsplit('\n"""', 1)[0]
+
+    said = "I moved to Lisbon last spring."
+    answer = json.dumps({"facts": [{"text": "Rui lives in Lisbon <script>x</script>",
+                                    "entity": "Rui", "category": "personal"}],
+                         "entities": [{"name": "Rui", "entity_type": "person"}],
+                         "relationships": []})
+    schema = f"uillm_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    try:
+        extractor = LLMExtractor(ScriptedLLM({said: answer}, key_fn=message_of))
+        with Memory.open(env=es_env_from_url(pg_url, schema), embedder=HashEmbedder(384),
+                         llm=None, extractor=extractor, quiet=True) as memory:
+            memory.write("llm-agent", said, speaker="Rui", message_id="m1")
+            memory.write("llm-agent", "Hello.", speaker="Rui", message_id="m2", infer=False)
+            memory.wait_for_projections()
+            fact = memory.list_facts("llm-agent").items[0]
+            assert fact.decided_by["extractor"] == "llm"
+            async with _client(create_app(memory)) as c:
+                r = await c.get(f"/ui/agents/llm-agent/facts/{fact.fact_id}")
+            assert r.status_code == 200, r.text[:500]
+            shown = r.text[r.text.index('id="dec-h"'):r.text.index('id="ver-h"')]
+            assert "Recorded LLM output for <code>m1</code>" in shown
+            assert "Rui lives in Lisbon &lt;script&gt;x&lt;/script&gt;" in shown
+            assert "<script>x" not in r.text
+            assert memory.extraction_outputs("llm-agent", ["m1", "m2", "nope"]).keys() == {"m1"}
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+async def test_main_pages_stay_light(ui_memory: Memory) -> None:
+    """Issue 23: "keep page weight small". Every main page, HTML plus the CSS and JS it links,
+    on the demo agent and on a 1,000-fact agent (pages of 50, so more facts weigh no more),
+    stays under 100 kB; the figures are printed for the closing note (``-s``)."""
+    from tests.support.ui_seed import seed_agent
+
+    big = "weights-1000"
+    with ui_memory.cell(big).pool.connection() as conn, conn.transaction():
+        seed_agent(conn, big, 1000)
+    mid, end = "2026-01-01T12:00:00%2B00:00", "2026-12-31T00:00:00%2B00:00"
+    budget = 100_000
+    async with _client(create_app(ui_memory)) as c:
+        assets = {}
+        for agent in (AGENT, big):
+            a = f"/ui/agents/{agent}"
+            fact = ui_memory.list_facts(agent).items[0].fact_id
+            for name, path in {
+                "agents": "/ui/agents", "facts": a, "entities+graph": f"{a}/entities",
+                "conversation": f"{a}/conversation", "patterns": f"{a}/patterns",
+                "lineage": f"{a}/facts/{fact}", "time (as of)": f"{a}/time?at={mid}",
+                "time+diff": f"{a}/time?at={mid}&t1={mid}&t2={end}",
+                "retrieve": f"{a}/retrieve?q=Where+does+Ana+live", "ops": "/ui/ops",
+                "login": "/ui/login",
+            }.items():
+                r = await c.get(path)
+                assert r.status_code == 200, (path, r.text[:300])
+                linked = re.findall(r'(?:href|src)="(/ui/static/[^"]+)"', r.text)
+                assert linked, path  # the page's own CSS/JS, nothing from elsewhere
+                for url in linked:
+                    if url not in assets:
+                        assets[url] = len((await c.get(url)).content)
+                total = len(r.content) + sum(assets[u] for u in set(linked))
+                print(f"page weight {agent:>14} {name:<14} HTML {len(r.content):>7,} B, "
+                      f"with CSS+JS {total:>7,} B")
+                assert total <= budget, (path, total)
+        assert not re.search(r'(?:href|src)="(?:https?:)?//', r.text)  # no CDN
+
+
+async def test_filters_diff_as_of_retrieve_and_health_show_what_they_claim(
+    ui_memory: Memory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 23 items 2, 4, 5, 6 beyond the browser scenarios: the speaker / session /
+    validity filters, a diff's added rows, a retrieve as of an instant, the health line;
+    and a key sent to the login page appears in no log record."""
+    import html
+    import logging
+    from datetime import timedelta
+    from urllib.parse import quote
+
+    def texts(body: str) -> list[str]:
+        """The fact column of the facts table (the first cell of each row)."""
+        return [html.unescape(t) for t in re.findall(r'<tr><td><bdi class="ut">([^<]*)</bdi></td>', body)]
+
+    recife = next(f for f in ui_memory.list_facts(AGENT, status="all").items if "Recife" in f.text)
+    then = max(recife.valid_from, recife.recorded_at) + timedelta(milliseconds=1)  # true and known
+    a = f"/ui/agents/{AGENT}"
+    async with _client(create_app(ui_memory)) as c:
+        for query, expected in [
+            ("?speaker=Ana", ui_memory.list_facts(AGENT, speaker="Ana").items),
+            ("?speaker=Nobody", []),
+            ("?session=s1&status=all", ui_memory.list_facts(AGENT, session="s1", status="all").items),
+            (f"?status=all&valid_at={quote(then.isoformat())}",
+             ui_memory.list_facts(AGENT, status="all", valid_at=then).items),
+        ]:
+            r = await c.get(a + query)
+            assert r.status_code == 200, (query, r.text[:300])
+            assert sorted(texts(r.text)) == sorted(f.text for f in expected), query
+            assert expected or "No facts." in r.text
+        held_then = [f.text for f in ui_memory.list_facts(AGENT, status="all", valid_at=then).items]
+        assert "Ana lives in Recife" in held_then and not any("Porto" in t for t in held_then)
+        r = await c.get(f"{a}/time?t1=2000-01-01T00:00:00%2B00:00&t2={quote(then.isoformat())}")
+        added = re.findall(r'<tr class="added"><td>\+ added</td>', r.text)
+        assert r.status_code == 200 and len(added) >= 2 and "Ana lives in Recife" in r.text
+        r = await c.get(f"{a}/retrieve?q=Where+does+Ana+live%3F&as_of={quote(then.isoformat())}")
+        context = html.unescape(r.text.split('id="context"', 1)[1].split("</pre>", 1)[0])
+        assert r.status_code == 200 and "Recife" in context and "Porto Alegre" not in context
+        r = await c.get("/ui/ops")
+        assert "✔ ready" in r.text and "max lag" in r.text and "Projections (lag" in r.text
+    caplog.set_level(logging.DEBUG)
+    async with _client(_keyed(ui_memory)) as c:
+        login = await c.get("/ui/login")
+        for key in (READ_KEY, "not-a-key-" + READ_KEY[::-1]):
+            await c.post("/ui/login", data={"csrf": _csrf(login.text), "key": key})
+        assert (await c.get(f"/ui/agents/{AGENT}")).status_code == 200
+    assert READ_KEY not in caplog.text and READ_KEY[::-1] not in caplog.text
