@@ -28,7 +28,7 @@ async def _send_examples(app: Any, spec: dict[str, Any]) -> list[tuple[str, str,
     sent = []
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
-        for path in ("/v1/messages", "/v1/retrieve"):  # writes first, as a user would
+        for path in ("/v1/messages", "/v1/facts", "/v1/retrieve"):  # writes first, as a user would
             body = spec["paths"][path]["post"]["requestBody"]["content"]["application/json"]
             assert body.get("examples"), f"{path} has no examples"
             for name, example in body["examples"].items():
@@ -60,4 +60,4 @@ async def test_every_example_succeeds_and_the_document_is_typed(memory: Memory) 
     write_ok = spec["paths"]["/v1/messages"]["post"]["responses"]["200"]["content"]["application/json"]
     assert write_ok["schema"]["$ref"] == "#/components/schemas/WriteResult"
     sent = await _send_examples(app, spec)
-    assert len(sent) == 4
+    assert len(sent) == 6

@@ -9,12 +9,13 @@ import re
 from typing import Annotated, Any
 
 import anyio
-from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi import APIRouter, Body, Depends, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from engramdb.infra.api_keys import Grant
 from engramdb.services.entrypoints.http.auth import authorize, require
 from engramdb.services.entrypoints.http.errors import AUTH_ERRORS, ErrorBody, plain, unprocessable
+from engramdb.services.entrypoints.http.openapi_examples import FACTS_EXAMPLES
 from engramdb.services.management.webhooks import Webhook, WebhookRefused
 from engramdb.services.write.client_facts import AddFactsRequest, InvalidClientFacts
 from engramdb.services.write.models import WriteResult
@@ -37,7 +38,7 @@ def _loc(field: str) -> list[str | int]:
     summary="Record facts the client decided (no extraction), reconciled ADD / UPDATE / NOOP",
 )
 async def add_facts(
-    request: AddFactsRequest, http: Request, grant: Annotated[Grant, Depends(require("write"))],
+    request: Annotated[AddFactsRequest, Body(openapi_examples=FACTS_EXAMPLES)], http: Request, grant: Annotated[Grant, Depends(require("write"))],
 ) -> Any:
     authorize(grant, "write", request.agent_id)
     memory = http.app.state.memory

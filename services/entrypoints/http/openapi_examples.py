@@ -38,3 +38,17 @@ RETRIEVE_EXAMPLES: dict[str, Any] = {
         },
     },
 }
+
+FACTS_EXAMPLES: dict[str, Any] = {
+    "a fact": {
+        "summary": "a fact the client decided (no extraction)",
+        "value": {"agent_id": "agent-1", "facts": [{"subject": "Ana", "text": "Ana is vegetarian"}]},
+    },
+    "a single-valued attribute": {
+        "summary": "a new value of an attribute_key replaces the old one (UPDATE)",
+        "value": {
+            "agent_id": "agent-1",
+            "facts": [{"subject": "Ana", "text": "Ana lives in Lisbon", "attribute_key": "residence"}],
+        },
+    },
+}
