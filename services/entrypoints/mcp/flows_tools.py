@@ -14,7 +14,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 
-from engramdb.domain.agent_id import AGENT_ID_PATTERN, AGENT_ID_RULE
+from engramdb.domain.agent_id import AGENT_ID_PATTERN
 from engramdb.infra.api_keys import KeyRing
 from engramdb.services.write.models import WriteResult
 
