@@ -52,6 +52,7 @@ async def _attempts_on_other_agent(client: Client, other: str, other_fact: str) 
         ("history", {"agent_id": other, "fact_id": other_fact}),
         ("delete_fact", {"agent_id": other, "fact_id": other_fact}),
         ("write", {"agent_id": other, "text": "I moved to Mars."}),
+        ("add_facts", {"agent_id": other, "facts": [{"subject": "Bo", "text": "Bo's PIN is 0000."}]}),
     ]:
         text = _error(await client.call_tool(tool, args))
         assert "4321" not in text
@@ -84,6 +85,9 @@ async def test_stdio_server_pinned_to_one_agent(pg_url, fresh_schema, tmp_path) 
             f"agent 'ana' has no fact {other_fact!r}"
         )
         await _attempts_on_other_agent(client, "bo", other_fact)
+        # B's fact id alone, with the server filling in A: A has no such fact
+        for tool in ("history", "delete_fact"):
+            assert "4321" not in _error(await client.call_tool(tool, {"fact_id": other_fact}))
         assert "pinned to one agent; leave out 'agent_id'" in _error(
             await client.call_tool("list_facts", {"agent_id": "bo"})
         )
@@ -95,6 +99,7 @@ async def test_stdio_server_pinned_to_one_agent(pg_url, fresh_schema, tmp_path) 
     with _open(env) as memory:
         still = memory.get_fact("bo", other_fact)
         assert still.status == "active" and "4321" in still.text
+        assert [f.text for f in memory.list_facts("bo").items] == [still.text]  # nothing added to B
 
 
 @pytest.fixture

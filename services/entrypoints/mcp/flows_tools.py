@@ -14,7 +14,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 
-from engramdb.domain.agent_id import AGENT_ID_PATTERN, AGENT_ID_RULE
+from engramdb.domain.agent_id import AGENT_ID_PATTERN
 from engramdb.infra.api_keys import KeyRing
 from engramdb.services.write.models import WriteResult
 
@@ -44,10 +44,15 @@ def add_flow_tools(
     call: Callable[[Callable[[], Any]], Awaitable[Any]],
     memory_of: Callable[[Context[Any]], Any],
 ) -> None:
-    @server.tool(annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=False))
+    @server.tool(
+        annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=False),
+        description="Remember facts you decided yourself, without extraction (the exact "
+        "statements to keep). A known fact is confirmed; a new value of an attribute_key "
+        "replaces the old one; anything else is added.",
+    )
     async def add_facts(
         agent_id: Annotated[str, Field(pattern=AGENT_ID_PATTERN, max_length=200,
-                                       description=f"whose memory: {AGENT_ID_RULE}")],
+                                       description="whose memory (the same on every call)")],
         facts: Annotated[list[FactIn], Field(min_length=1, max_length=100)],
         ctx: Context[Any],
     ) -> WriteResult:

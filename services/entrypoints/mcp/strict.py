@@ -81,8 +81,10 @@ class StrictServer(MCPServer[Any]):
             schema = tool.parameters
             schema["additionalProperties"] = False
             _strip_titles(schema)
+            _plain_descriptions(schema, models=True)
             if tool.output_schema is not None:
                 _strip_titles(tool.output_schema)
+                _plain_descriptions(tool.output_schema, models=False)
             if self.pin.exact is not None:
                 schema.get("properties", {}).pop(AGENT_ARG, None)
                 required = [name for name in schema.get("required", []) if name != AGENT_ARG]
@@ -119,6 +121,29 @@ def _strip_titles(schema: Any) -> None:
     elif isinstance(schema, list):
         for item in schema:
             _strip_titles(item)
+
+
+def _plain_descriptions(schema: Any, *, models: bool) -> None:
+    """Descriptions a model reads as one plain line: whitespace collapsed and reST's double
+    backticks made single. ``models=False`` (output schemas) drops a model's own description
+    (its class docstring, written for developers: ``HistoryEntry``'s was three lines of reST)
+    and keeps the fields'; a model pays for every byte in each session's tool list."""
+    if isinstance(schema, dict):
+        text = schema.get("description")
+        if isinstance(text, str):
+            if not models and "properties" in schema:
+                del schema["description"]
+            else:
+                schema["description"] = " ".join(text.replace("``", "`").split())
+        for key, value in schema.items():
+            if key in ("properties", "$defs"):
+                for sub in value.values():
+                    _plain_descriptions(sub, models=models)
+            else:
+                _plain_descriptions(value, models=models)
+    elif isinstance(schema, list):
+        for item in schema:
+            _plain_descriptions(item, models=models)
 
 
 def _unknown_message(tool: str, unknown: list[str], declared: set[str], pin: Pin) -> str:
