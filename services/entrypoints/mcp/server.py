@@ -190,8 +190,8 @@ def _add_write_tools(server: MCPServer[Any], keyring: KeyRing | None, wait_timeo
         return result
 
 
-def _add_read_tools(server: MCPServer[Any], keyring: KeyRing | None) -> None:
-    """``retrieve``, ``list_facts``, ``get_fact`` and ``history``: read-only."""
+def _add_retrieve_tool(server: MCPServer[Any], keyring: KeyRing | None) -> None:
+    """``retrieve``: the tool a model calls most, registered apart from the listing tools."""
 
     @server.tool(
         annotations=ToolAnnotations(read_only_hint=True),
@@ -221,6 +221,11 @@ def _add_read_tools(server: MCPServer[Any], keyring: KeyRing | None) -> None:
         result = await _call(lambda: m.retrieve(agent_id, query, as_of=as_of, session_id=session_id,
                                                 metadata=metadata))
         return recall(result, detail=detail)
+
+
+def _add_read_tools(server: MCPServer[Any], keyring: KeyRing | None) -> None:
+    """``retrieve``, ``list_facts``, ``get_fact`` and ``history``: read-only."""
+    _add_retrieve_tool(server, keyring)
 
     @server.tool(
         annotations=ToolAnnotations(read_only_hint=True),
