@@ -253,7 +253,8 @@ def measure(url: str, schema: str, keep: bool, args: argparse.Namespace, sizes: 
             retrievers["overrides"] = Retriever(pool, embedder, config=RetrieveConfig().with_overrides(args.overrides),
                                                 worker_pool=workers)
         if args.compare:  # e.g. a copy of the previous implementation, measured in the same run
-            retrievers[args.compare] = importlib.import_module(args.compare).Retriever(pool, embedder, config=None)
+            retrievers[args.compare] = importlib.import_module(args.compare).Retriever(
+                pool, embedder, config=None, worker_pool=workers)  # like for like: the same side workers
         summaries: list[dict[str, Any]] = []
         print(HEADER)
         for size in sizes:
