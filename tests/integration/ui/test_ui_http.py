@@ -72,6 +72,9 @@ async def test_state_changes_need_the_csrf_token(ui_memory: Memory) -> None:
         for action in ("forget", "erase", "reprocess"):
             r = await c.post(f"/ui/agents/{AGENT}/{action}", data={"confirm_agent": AGENT})
             assert r.status_code == 403
+        for path in ("/ui/login", "/ui/logout"):  # a forged login or logout is refused too
+            r = await c.post(path, data={"key": READ_KEY})
+            assert r.status_code == 403 and "CSRF" in r.text
     assert ui_memory.get_fact(AGENT, fact.fact_id).status == "active"
 
 
