@@ -64,8 +64,15 @@ class Narrowing:
         filter passes at once."""
         if self.selective:
             return f"{alias}.fact_id = ANY(%(nwf)s::text[])"
-        return (f"EXISTS (SELECT 1 FROM mem_messages nw WHERE nw.agent_id = {alias}.agent_id"
-                f" AND nw.message_id = ANY({alias}.source_message_ids) AND {self.turn('nw')})")
+        return f"EXISTS ({self._source_turn(alias)})"
+
+    def fact_late(self, alias: str) -> str:
+        """``fact``'s per-row probe as a ``late_probe``, for rows read in a fenced order."""
+        return late_probe(self._source_turn(alias))
+
+    def _source_turn(self, alias: str) -> str:
+        return (f"SELECT true FROM mem_messages nw WHERE nw.agent_id = {alias}.agent_id"
+                f" AND nw.message_id = ANY({alias}.source_message_ids) AND {self.turn('nw')}")
 
 
 def late_probe(select_true: str) -> str:
@@ -102,9 +109,8 @@ def fact_scope_split(as_of: datetime | None, scope: Narrowing | None,
     becomes ``late`` (tested in distance order, see ``nearest_cte``)."""
     if scope is None or scope.selective:
         return fact_visibility(as_of, alias, scope), "", ""
-    late = late_probe(f"SELECT true FROM mem_messages nw WHERE nw.agent_id = {alias}.agent_id"
-                      f" AND nw.message_id = ANY({alias}.source_message_ids) AND {scope.turn('nw')}")
-    return fact_visibility(as_of, alias), late, f", {alias}.agent_id, {alias}.source_message_ids"
+    return (fact_visibility(as_of, alias), scope.fact_late(alias),
+            f", {alias}.agent_id, {alias}.source_message_ids")
 
 
 def message_visibility(as_of: datetime | None, alias: str = "m", scope: Narrowing | None = None) -> str:
