@@ -58,7 +58,8 @@ MESSAGES = Table(
         "USING gin (to_tsvector('simple', text))",
         search_index("mem_messages"),
         # a retrieve / list narrowed to a session or by metadata (ADR-0047) finds its turns
-        "CREATE INDEX IF NOT EXISTS mem_messages_session ON mem_messages (agent_id, session_id)",
+        "CREATE INDEX IF NOT EXISTS mem_messages_session_order ON mem_messages "
+        "(agent_id, session_id, occurred_at, recorded_at, message_id)",
         "CREATE INDEX IF NOT EXISTS mem_messages_metadata ON mem_messages USING gin (metadata jsonb_path_ops)",
         stats_index("mem_messages", "message_id", ("occurred_at", "recorded_at")),
     ),
