@@ -61,7 +61,7 @@ from engramdb.services.retrieve.planner import (
     sanitize_query,
 )
 from engramdb.services.retrieve.rank import Candidate, EventCandidate, order_key, rank, rank_events
-from engramdb.services.retrieve.scope import RetrieveFilter, narrowing, probe
+from engramdb.services.retrieve.scope import BroadVerdicts, RetrieveFilter, narrowing
 from engramdb.services.retrieve.signals.rrf_lists import (
     bm25_fact_signal,
     message_bm25,
@@ -126,6 +126,7 @@ class Retriever:
         # table, and exact; 0 = HNSW always, the behaviour the quality numbers were taken with)
         self.exact_search_rows = int(exact_search_rows)
         self._size_gate = SizeGate(self.exact_search_rows)
+        self._broad = BroadVerdicts()  # narrowings known to be broad (ADR-0047)
         self._keyword_modes: dict[str, str] | None = None  # detected once from pg_indexes
         self._workers = Workers(worker_pool, embed_workers)
 
@@ -273,7 +274,7 @@ class Retriever:
         call.modes = self._keyword_modes
         call.small = self._size_gate.verdicts(conn, call.agent_id)
         if call.scope is not None and not call.scope.selective:
-            call.scope = probe(conn, call.agent_id, call.scope)
+            call.scope = self._broad.probe(conn, call.agent_id, call.scope)
             call.trace.note(within_selective=call.scope.selective if call.scope else None)
         call.trace.note(keyword_mode=call.modes)
         f_events = self._workers.submit(self._events_signal, call) if call.cfg.sizes.topk_events > 0 else None

@@ -194,7 +194,9 @@ def test_explain_shows_the_narrowing_under_the_limit(memory: Memory, agent_id: s
                 marker = "Filter: keep" if "Filter: keep" in plan else "SubPlan"
                 assert plan.index("Limit") < plan.rindex(marker), (name, plan)
                 continue
-            marker = "session_id = ANY" if "session_id = ANY" in plan else "fact_id = ANY"
+            # selective: ``fact_id = ANY`` of the listed ids (the primary key finds them), or
+            # joined to them (``IN (SELECT unnest(nwf))``: a ProjectSet of the list)
+            marker = next((m for m in ("session_id = ANY", "fact_id = ANY", "ProjectSet") if m in plan), "?")
             assert marker in plan and "Limit" in plan, (name, plan)
             assert plan.index("Limit") < plan.rindex(marker), (name, plan)
             assert marker == "session_id = ANY" or params.get("nwf"), (name, params)
@@ -259,3 +261,43 @@ def test_broad_forms_return_the_same_nearest_facts(memory: Memory, agent_id: str
                        for name, s in (("broad", broad), ("selective", selective))}
                 assert got["broad"] == got["selective"], (text, pool, got)
                 assert got["broad"] and {i for i, _ in got["broad"]} <= passing, (text, pool)
+
+
+def test_a_broad_verdict_is_kept_and_a_selective_one_is_read_every_call(
+        memory: Memory, agent_id: str, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``BroadVerdicts``: a narrowing more than ``SELECTIVE_TURNS`` turns pass stays broad (turns
+    are append-only), so its probe runs once per ``ttl``; broad by share only for ``share_ttl``;
+    a selective one (its listed fact ids) is probed on every call."""
+    now = [0.0]
+    kept = scope_module.BroadVerdicts(ttl=100.0, share_ttl=10.0, clock=lambda: now[0])
+    slack = narrowing(RetrieveFilter.of(metadata={"channel": "slack"}))
+    with _schema_conn(memory, pg_url) as conn:
+        probes: list[str] = []
+        real = conn.execute
+
+        def spy(query: Any, params: Any = None, **kw: Any) -> Any:
+            if isinstance(query, str) and "WITH p AS MATERIALIZED" in query:
+                probes.append(query)
+            return real(query, params, **kw)
+
+        monkeypatch.setattr(conn, "execute", spy)
+
+        def probed(at: float, cap: int, share: float) -> tuple[bool, int]:
+            now[0] = at
+            monkeypatch.setattr(scope_module, "SELECTIVE_TURNS", cap)
+            monkeypatch.setattr(scope_module, "SELECTIVE_SHARE", share)
+            before = len(probes)
+            got = kept.probe(conn, agent_id, slack)
+            assert got is not None
+            return got.selective, len(probes) - before
+
+        assert probed(0.0, 1000, 1.0) == (True, 1)  # selective: probed ...
+        assert probed(1.0, 1000, 1.0) == (True, 1)  # ... on every call
+        assert probed(2.0, 1, 1.0) == (False, 1)  # two slack turns > 1: broad by count
+        assert probed(3.0, 1000, 1.0) == (False, 0)  # kept (turns only grow) ...
+        assert probed(101.0, 1000, 1.0) == (False, 0)  # ... for ttl
+        assert probed(103.0, 1000, 1.0) == (True, 1)
+        kept = scope_module.BroadVerdicts(ttl=100.0, share_ttl=10.0, clock=lambda: now[0])
+        assert probed(0.0, 1000, 0.01) == (False, 1)  # broad by share (half of the turns)
+        assert probed(5.0, 1000, 1.0) == (False, 0)  # kept for share_ttl only
+        assert probed(11.0, 1000, 1.0) == (True, 1)

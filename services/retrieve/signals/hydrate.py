@@ -48,10 +48,13 @@ def hydrate_facts(conn: Any, agent_id: str, ids: list[str], qvec: str | None,
     """Rows for candidate ids, with their cosine to the query computed in SQL (so facts found
     by keyword/graph/spreading get a semantic score too, without shipping vectors).
     Importance is the jobs' assessment when there is one (``mem_fact_usage``, ADR-0019)."""
+    # ``scope``: the signals already narrowed; this keeps any list from adding a fact that
+    # fails it (a selective narrowing's listed ids are tested here, not planned into the SQL)
+    if scope is not None and scope.listed is not None:
+        ids = [fid for fid in ids if fid in scope.listed]
     if not ids:
         return {}
-    # ``scope``: the signals already narrowed; this keeps any list from adding a fact that fails it
-    narrowed = "" if scope is None else f" AND {scope.fact('f')}"
+    narrowed = "" if scope is None or scope.listed is not None else f" AND {scope.fact('f')}"
     rows = conn.execute(
         f"""
         SELECT f.fact_id, f.entity_key, coalesce(e.display_name, f.entity_key), f.fact_text,
