@@ -19,6 +19,7 @@ Pure parts (which units anchor the lists, how neighbours are ordered) are functi
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +28,7 @@ from engramdb.services.retrieve.rank import Candidate, EventCandidate
 from engramdb.services.retrieve.signals.messages import turn_row
 from engramdb.services.retrieve.signals.shared import (
     Narrowing,
+    custom_plans,
     message_visibility,
     narrowing_params,
 )
@@ -193,7 +195,21 @@ def neighbours(
              ORDER BY n.occurred_at {o}, n.recorded_at {o}, n.message_id {o}
              LIMIT %(walk)s) x"""
     row = turn_row("n")
-    found = conn.execute(
+    # narrowed: custom plans — a generic plan of the walk knows no filter value and took the
+    # metadata GIN index + a sort of the session (10k facts, half passing: 5.3 vs 1.0 ms)
+    with custom_plans(conn) if scope is not None else nullcontext():
+        found = _neighbour_rows(conn, side, visible, row, agent_id, anchors, span, as_of, qvec, speakers, scope)
+    out = Neighbours()
+    for anchor, offset, *turn, named, _ in found:
+        out.pairs.append((str(anchor), str(turn[0]), int(offset), bool(named)))
+        out.rows[str(turn[0])] = tuple(turn)
+    return out
+
+
+def _neighbour_rows(conn: Any, side: str, visible: str, row: str, agent_id: str, anchors: Sequence[str],
+                    span: int, as_of: Any, qvec: str | None, speakers: Sequence[str],
+                    scope: Narrowing | None) -> list[tuple[Any, ...]]:
+    return conn.execute(
         "WITH a AS MATERIALIZED (SELECT m.message_id, m.session_id, m.occurred_at, m.recorded_at FROM mem_messages m"
         " WHERE m.agent_id = %(a)s AND m.message_id = ANY(%(ids)s) AND m.session_id IS NOT NULL)"
         + side.format(sign="-1", o="DESC", cmp="<", visible=visible, row=row)
@@ -202,11 +218,6 @@ def neighbours(
         {"a": agent_id, "ids": list(anchors), "walk": int(span) * (2 if speakers else 1), "t": as_of,
          "q": qvec, "speakers": [str(s) for s in speakers], **narrowing_params(scope)},
     ).fetchall()
-    out = Neighbours()
-    for anchor, offset, *turn, named, _ in found:
-        out.pairs.append((str(anchor), str(turn[0]), int(offset), bool(named)))
-        out.rows[str(turn[0])] = tuple(turn)
-    return out
 
 
 def by_speaker(

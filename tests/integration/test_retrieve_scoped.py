@@ -21,7 +21,7 @@ from engramdb.services.memory.facade import Memory
 from engramdb.services.retrieve import scope as scope_module
 from engramdb.services.retrieve.config import RetrieveConfig
 from engramdb.services.retrieve.scope import RetrieveFilter, narrowing, probe
-from engramdb.services.retrieve.signals import bm25, graph, keyword, messages, semantic
+from engramdb.services.retrieve.signals import bm25, graph, keyword, messages, semantic, shared
 from engramdb.services.retrieve.signals.shared import fact_visibility, message_visibility
 
 SESSIONS = {
@@ -235,11 +235,15 @@ def test_probe_weighs_the_share_of_passing_turns(memory: Memory, agent_id: str, 
         assert empty is not None and empty.selective  # nothing passes: the exact search over nothing
 
 
-def test_broad_forms_return_the_same_nearest_facts(memory: Memory, agent_id: str, pg_url: str) -> None:
+@pytest.mark.parametrize("head", [1, 4])
+def test_broad_forms_return_the_same_nearest_facts(memory: Memory, agent_id: str, pg_url: str, head: int,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """The exact nearest-facts branch under a broad narrowing tests its per-row probe late (on
     the rows in distance order until the limit passes, ``nearest_cte``'s ``late``): the same
     facts in the same order as the selective form, which tests it first — and only facts of
-    a passing turn, for every limit."""
+    a passing turn, for every limit; whether the ``head`` × limit nearest rows hold enough
+    passing ones (``LATE_HEAD``) or the statement goes on over all of them."""
+    monkeypatch.setattr(shared, "LATE_HEAD", head)
     cfg = RetrieveConfig()
     emb = HashEmbedder(384)
     base = narrowing(RetrieveFilter.of(metadata={"channel": "slack"}))

@@ -230,6 +230,10 @@ def batch(conn: Any) -> Iterator[None]:
         yield
 
 
+# a broad narrowing's exact branch first reads this many times ``n`` nearest rows (``nearest_cte``)
+LATE_HEAD = 4
+
+
 def nearest_cte(table: str, alias: str, id_col: str, where: str, exact_rows: int,
                 small: bool | None = None, extra: str = "", late: str = "",
                 late_cols: str = "") -> str:
@@ -265,13 +269,21 @@ def nearest_cte(table: str, alias: str, id_col: str, where: str, exact_rows: int
              f" ORDER BY ({a}.embedding <=> %(q)s::vector) + 0, {a}.{id_col} LIMIT %(n)s")
     if late:
         # OFFSET 0 keeps ``late`` out of the sorted subquery (no qual push-down): the rows
-        # come sorted, ``late`` is tested on them in that order and LIMIT stops the scan
+        # come sorted, ``late`` is tested on them in that order and LIMIT stops the scan.
+        # First over the LATE_HEAD × n nearest rows only (a top-N sort, not a sort of every
+        # row); only when fewer than n of those pass, over all of them — the same rows.
         names = "".join(f", {a}.{name}" for name in re.findall(r"\bAS\s+(\w+)\s*(?=,|$)", extra))
-        exact = (f"SELECT {a}.{id_col}, {a}.d{names} FROM (SELECT {a}.{id_col},"
-                 f" {a}.embedding <=> %(q)s::vector AS d{extra}{late_cols} FROM {table} {a}"
-                 f" WHERE {{gate}}{a}.agent_id = %(a)s AND {where} AND {a}.embedding IS NOT NULL"
-                 f" ORDER BY ({a}.embedding <=> %(q)s::vector) + 0, {a}.{id_col} OFFSET 0) {a}"
-                 f" WHERE {late} LIMIT %(n)s")
+
+        def in_order(limit: str, gate: str = "") -> str:
+            return (f"SELECT {a}.{id_col}, {a}.d{names} FROM (SELECT {a}.{id_col},"
+                    f" {a}.embedding <=> %(q)s::vector AS d{extra}{late_cols} FROM {table} {a}"
+                    f" WHERE {{gate}}{a}.agent_id = %(a)s AND {where} AND {a}.embedding IS NOT NULL"
+                    f" ORDER BY ({a}.embedding <=> %(q)s::vector) + 0, {a}.{id_col}{limit} OFFSET 0) {a}"
+                    f" WHERE {gate}{late} LIMIT %(n)s")
+
+        exact = (f"WITH head AS MATERIALIZED ({in_order(f' LIMIT %(n)s * {LATE_HEAD}')})"
+                 f" SELECT * FROM head WHERE (SELECT count(*) FROM head) >= %(n)s"
+                 f" UNION ALL ({in_order('', '(SELECT count(*) FROM head) < %(n)s AND ')})")
     if small is True:
         return f"nn AS MATERIALIZED ({exact.format(gate='')})"
     return (
