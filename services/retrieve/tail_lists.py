@@ -28,7 +28,7 @@ from engramdb.services.retrieve.rank import Candidate, EventCandidate
 from engramdb.services.retrieve.signals.messages import turn_row
 from engramdb.services.retrieve.signals.shared import (
     Narrowing,
-    custom_plans,
+    index_order_only,
     message_visibility,
     narrowing_params,
 )
@@ -195,9 +195,9 @@ def neighbours(
              ORDER BY n.occurred_at {o}, n.recorded_at {o}, n.message_id {o}
              LIMIT %(walk)s) x"""
     row = turn_row("n")
-    # narrowed: custom plans — a generic plan of the walk knows no filter value and took the
-    # metadata GIN index + a sort of the session (10k facts, half passing: 5.3 vs 1.0 ms)
-    with custom_plans(conn) if scope is not None else nullcontext():
+    # narrowed: the walk in the index's order, never a bitmap of the filter + a sort (see
+    # ``index_order_only``); unnarrowed, the statement and its plans are as before
+    with index_order_only(conn) if scope is not None else nullcontext():
         found = _neighbour_rows(conn, side, visible, row, agent_id, anchors, span, as_of, qvec, speakers, scope)
     out = Neighbours()
     for anchor, offset, *turn, named, _ in found:

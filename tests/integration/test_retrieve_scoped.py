@@ -305,3 +305,14 @@ def test_a_broad_verdict_is_kept_and_a_selective_one_is_read_every_call(
         assert probed(0.0, 1000, 0.01) == (False, 1)  # broad by share (half of the turns)
         assert probed(5.0, 1000, 1.0) == (False, 0)  # kept for share_ttl only
         assert probed(11.0, 1000, 1.0) == (True, 1)
+
+
+def test_index_order_only_holds_inside_and_is_put_back(memory: Memory, pg_url: str) -> None:
+    """The narrowed neighbour walk runs without bitmap scans (``index_order_only``); the
+    setting is the block's alone — the pooled connection gets its own value back."""
+    with _schema_conn(memory, pg_url) as conn, conn.transaction():
+        with shared.index_order_only(conn):
+            inside = conn.execute("SELECT current_setting('enable_bitmapscan')").fetchone()
+        after = conn.execute("SELECT current_setting('enable_bitmapscan')").fetchone()
+    assert inside is not None and inside[0] == "off"
+    assert after is not None and after[0] == "on"
