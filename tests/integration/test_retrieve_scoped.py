@@ -316,3 +316,25 @@ def test_index_order_only_holds_inside_and_is_put_back(memory: Memory, pg_url: s
         after = conn.execute("SELECT current_setting('enable_bitmapscan')").fetchone()
     assert inside is not None and inside[0] == "off"
     assert after is not None and after[0] == "on"
+
+
+def test_a_known_number_of_turns_spares_the_count(memory: Memory, agent_id: str, pg_url: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """``probe_counted``'s ``turns_known`` (a lower bound of the agent's turns that
+    ``BroadVerdicts`` keeps, turns being append-only) decides the share without counting
+    them; a bound too low to decide is counted past, as without one."""
+    slack = narrowing(RetrieveFilter.of(metadata={"channel": "slack"}))  # 2 of the 4 turns
+    assert slack is not None
+    with _schema_conn(memory, pg_url) as conn:
+        broad, passing, counted = scope_module.probe_counted(conn, agent_id, slack, cap=1000, share=0.3)
+        assert (broad.selective, passing, counted) == (False, 2, 4)
+        low = scope_module.probe_counted(conn, agent_id, slack, cap=1000, share=0.3, turns_known=3)
+        assert (low[0].selective, low[2]) == (False, 4)
+        told = scope_module.probe_counted(conn, agent_id, slack, cap=1000, share=0.3, turns_known=100)
+        assert told[0].selective and told[2] == 0  # 2 of at least 100 turns: under 30 %, not counted
+        assert told[0].params["nwf"]
+        monkeypatch.setattr(scope_module, "SELECTIVE_TURNS", 1000)
+        monkeypatch.setattr(scope_module, "SELECTIVE_SHARE", 0.3)
+        kept = scope_module.BroadVerdicts()
+        assert kept.probe(conn, agent_id, slack) is not None
+        assert kept._turns[agent_id][1] == 4  # the count is kept as the agent's lower bound
