@@ -442,3 +442,19 @@ async def test_filters_diff_as_of_retrieve_and_health_show_what_they_claim(
             await c.post("/ui/login", data={"csrf": _csrf(login.text), "key": key})
         assert (await c.get(f"/ui/agents/{AGENT}")).status_code == 200
     assert READ_KEY not in caplog.text and READ_KEY[::-1] not in caplog.text
+
+
+async def test_lineage_leaves_out_what_the_decider_did_not_record(ui_memory: Memory) -> None:
+    """The decision step lists what ``decided_by`` holds; a key left empty (the rule-based
+    extractor names no model) is not printed as "null"."""
+    fact = next(f for f in ui_memory.list_facts(AGENT).items if f.decided_by.get("extractor"))
+    empty = sorted(k for k, v in fact.decided_by.items() if v is None)
+    async with _client(create_app(ui_memory)) as c:
+        r = await c.get(f"/ui/agents/{AGENT}/facts/{fact.fact_id}")
+    assert r.status_code == 200, r.text[:500]
+    shown = r.text[r.text.index('id="dec-h"'):r.text.index('id="ver-h"')]
+    assert "null" not in shown, shown
+    assert f"<dd><bdi class=\"ut\">{fact.decided_by['extractor']}</bdi></dd>" in shown
+    assert empty  # the demo's rule-based decisions leave ``model`` empty
+    for key in empty:
+        assert f"<dt>{key}</dt>" not in shown
