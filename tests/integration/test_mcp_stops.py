@@ -8,6 +8,7 @@ session starts) or its HTTP port answers.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -89,3 +90,43 @@ def test_mcp_stops_its_embedded_postgres(data_dir: Path, transport: str, sig: in
     assert "Traceback" not in text, text[-3000:]
     wait_for(lambda: not process_alive(pg_pid), 15, "the embedded PostgreSQL stopped")
     print(f"mcp {transport} on {signal.Signals(sig).name}: exit 0 after {seconds:.1f} s")
+
+
+async def test_mcp_restarts_its_killed_embedded_postgres(data_dir: Path) -> None:
+    """A stdio MCP server on the embedded default brings its PostgreSQL back after ``kill -9``
+    (``mcp/watched.py``): a tool call after the kill succeeds, without restarting the server,
+    and the server still stops it when the session ends. It starts no NATS."""
+    from mcp import Client, StdioServerParameters
+
+    from engramdb.infra.embedded_nats import nats_running
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAMDB_")}
+    env.update(ENGRAMDB_DATA_DIR=str(data_dir), ENGRAMDB_EMBEDDING_MODEL="hash-bow-384",
+               OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    params = StdioServerParameters(command=sys.executable,
+                                   args=["-m", "engramdb.services.entrypoints.cli.main", "mcp"],
+                                   env=env, cwd=str(ROOT))
+    agent = "mcp-restart"
+    async with Client(params, read_timeout_seconds=90) as client:
+        first = await client.call_tool("write", {"agent_id": agent, "text": "I live in Recife."})
+        assert not first.is_error, first.content
+        pid = postgres_running(data_dir)
+        assert pid is not None
+        start = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: not process_alive(pid), 10, "postgres down")
+        wait_for(lambda: postgres_running(data_dir) not in (None, pid), 60, "postgres restarted by mcp")
+        again = None
+        for _ in range(30):  # the pools notice the dead connections on their next checkout
+            again = await client.call_tool("write", {"agent_id": agent, "text": "I work at Acme."})
+            if not again.is_error:
+                break
+            await asyncio.sleep(1)
+        assert again is not None and not again.is_error, again.content if again else None
+        found = await client.call_tool("retrieve", {"agent_id": agent, "query": "where do I live?"})
+        assert not found.is_error and "Recife" in str(found.structured_content), found.content
+        restarted = postgres_running(data_dir)
+        print(f"mcp: embedded PostgreSQL killed -> a tool call answers again in {time.monotonic() - start:.1f} s")
+    assert nats_running(data_dir) is None
+    assert restarted is not None
+    wait_for(lambda: not process_alive(restarted), 20, "the restarted PostgreSQL stopped with the session")

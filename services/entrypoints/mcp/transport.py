@@ -87,14 +87,15 @@ def run_mcp(settings: Settings, transport: str, host: str, port: int, agent: str
     ``agent``: pin the server to one agent id or a ``prefix*`` (``strict.Pin``)."""
     from engramdb.services.entrypoints.mcp.server import build_server
     from engramdb.services.entrypoints.mcp.strict import Pin
-    from engramdb.services.memory.facade import Memory
+    from engramdb.services.entrypoints.mcp.watched import open_watched
 
     pin = Pin.parse(agent)  # a ValueError (one line) before anything opens
     if transport == "stdio":
         stopper = StdioStopper()  # SIGTERM/SIGINT: close memory, exit 0 (issue 28)
         stopper.install()
         try:
-            build_server(open_memory=lambda: stopper.open(Memory.open), pin=pin).run("stdio")
+            # the embedded PostgreSQL is restarted if it dies while the host keeps us (ADR-0051)
+            build_server(open_memory=lambda: stopper.open(lambda: open_watched(settings)), pin=pin).run("stdio")
         except BaseExceptionGroup as group:  # the lifespan failed inside the SDK's task group
             raise _first_leaf(group) from None
         return
@@ -105,7 +106,7 @@ def run_mcp(settings: Settings, transport: str, host: str, port: int, agent: str
 
     # SIGTERM/SIGINT only ask uvicorn to stop, so Memory (and its embedded servers) closes
     # below and the exit is 0 (issue 28; uvicorn alone re-raises the signal and dies)
-    with ShutdownRequest().installed() as shutdown, Memory.open(settings) as memory:
+    with ShutdownRequest().installed() as shutdown, open_watched(settings) as memory:
         server = build_server(memory=memory, keyring=ring, pin=pin)
         app = http_app(server, host, ring, settings.http_allowed_hosts)
         config = uvicorn.Config(app, host=host, port=port, log_level="warning")
