@@ -115,6 +115,25 @@ def test_feedback_and_importance_end_to_end(memory: Memory, nats_url: str) -> No
     assert kinds.count("RetrievalsObserved") == 2
 
 
+def test_feedback_of_an_agent_with_no_notices_is_zero_events(memory: Memory, nats_url: str) -> None:
+    """The stream holds another agent's notices only: the job's fetch on this agent's subject
+    times out empty — nats-py raises its own or the builtin ``TimeoutError`` (issue 28) — and
+    the run is ``ok`` with nothing saved, not an error."""
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    busy, quiet = f"b-{uuid.uuid4().hex[:6]}", f"q-{uuid.uuid4().hex[:6]}"
+    memory.enable_feedback(nats_url, prefix)
+    for agent in (busy, quiet):
+        done = memory.write(agent, "I live in Porto", speaker="Ana")
+    memory.wait_for_projections(done.position)
+    memory.retrieve(busy, "Where does Ana live?")
+    memory.feedback.flush()
+    assert memory.feedback.sent == 1
+    ctx = JobContext(memory, nats_url=nats_url, prefix=prefix)
+    runs = run_pass(ctx, agents=[quiet], jobs=[j for j in JOBS if j.name == "feedback"])
+    assert [(r.job, r.status, r.events) for r in runs] == [("feedback", "ok", 0)], runs
+    assert not [e for e in _job_events(memory, quiet) if type(e).__name__ == "RetrievalsObserved"]
+
+
 def test_feedback_never_blocks_retrieve_without_a_broker(memory: Memory) -> None:
     memory.enable_feedback("nats://127.0.0.1:9", "nobroker")  # nothing listens there
     agent = f"n-{uuid.uuid4().hex[:6]}"
