@@ -112,20 +112,29 @@ def _attach_messages(app: Any, agent_id: str, entries: list[HistoryEntry]) -> No
         entry.message_text = texts[mid]
 
 
-def extraction_outputs(app: Any, agent_id: str, message_ids: list[str]) -> dict[str, str]:
-    """The recorded LLM output of each message's latest extraction, for the messages whose
+def extraction_outputs(app: Any, agent_id: str, message_ids: list[str],
+                       fact_id: str | None = None) -> dict[str, str]:
+    """The recorded LLM output of each message's extraction, for the messages whose
     extractor recorded one (the rule-based extractor and stored-only turns record none).
     It lives only on the message's ``Processed``/``Reprocessed`` events, not in a read model,
     so each message costs one read of its own short stream. An erased agent's events do not
-    decrypt and give nothing."""
+    decrypt and give nothing.
+
+    Which extraction: the latest — unless ``fact_id`` is given and a later reprocess of the
+    message ended that fact (``Reprocessed.ended_fact_ids``, ADR-0023): the fact then came
+    from the extraction before that reprocess, and the lineage page must show what the LLM
+    answered *then*, not what it answered since."""
     found: dict[str, str] = {}
     for mid in dict.fromkeys(message_ids):
         for event in app.events.get(message_record_id(agent_id, mid)):
-            if isinstance(event, MessageRecord.Processed | MessageRecord.Reprocessed):
-                if event.raw_output:
-                    found[mid] = event.raw_output  # oldest first: the latest one wins
-                else:
-                    found.pop(mid, None)
+            if not isinstance(event, MessageRecord.Processed | MessageRecord.Reprocessed):
+                continue
+            if fact_id is not None and fact_id in (getattr(event, "ended_fact_ids", None) or ()):
+                break  # this reprocess ended the fact: the output before it is the fact's
+            if event.raw_output:
+                found[mid] = event.raw_output  # oldest first: the latest one wins
+            else:
+                found.pop(mid, None)
     return found
 
 

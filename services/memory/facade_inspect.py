@@ -90,10 +90,12 @@ class InspectMixin:
         """The agent's erasure marker (its data key destroyed), or ``None``."""
         return q.erasure_of(self.cell(agent_id).pool, agent_id)
 
-    def extraction_outputs(self, agent_id: str, message_ids: Sequence[str]) -> dict[str, str]:
+    def extraction_outputs(self, agent_id: str, message_ids: Sequence[str],
+                           fact_id: str | None = None) -> dict[str, str]:
         """What the LLM answered when it read each of ``message_ids`` (at most 20), where it
-        recorded an answer: the lineage page's "recorded LLM output"."""
-        return extraction_outputs(self.cell(agent_id).app, agent_id, list(message_ids)[:20])
+        recorded an answer: the lineage page's "recorded LLM output" — with ``fact_id``, the
+        extraction that fact came from (not a later reprocess that ended it)."""
+        return extraction_outputs(self.cell(agent_id).app, agent_id, list(message_ids)[:20], fact_id)
 
     def dead_letters(self, prefix: str, limit: int = 50) -> list[DeadLetterItem] | None:
         """The newest dead letters on ``<prefix>.deadletter.messages``; ``None`` when this

@@ -458,3 +458,53 @@ async def test_lineage_leaves_out_what_the_decider_did_not_record(ui_memory: Mem
     assert empty  # the demo's rule-based decisions leave ``model`` empty
     for key in empty:
         assert f"<dt>{key}</dt>" not in shown
+
+
+async def test_lineage_after_a_reprocess_shows_the_output_each_fact_came_from(pg_url: str) -> None:
+    """A message extracted, then reprocessed with another answer: the first fact (ended by the
+    reprocess) shows the LLM output it came from, the new fact the new output — not both the
+    newest (``audit.extraction_outputs(fact_id=...)``)."""
+    import json
+    import uuid
+    from collections.abc import Sequence
+
+    import psycopg
+    from psycopg import sql
+
+    from engramdb.infra.database import es_env_from_url
+    from engramdb.infra.providers.scripted import HashEmbedder, ScriptedLLM
+    from engramdb.services.extraction.llm_extractor import LLMExtractor
+
+    def message_of(messages: Sequence[dict[str, Any]]) -> str:
+        return messages[-1]["content"].split('Message:\n"""\n', 1)[1].rsplit('\n"""', 1)[0]
+
+    def answer(city: str) -> str:
+        return json.dumps({"facts": [{"text": f"Rui lives in {city}", "entity": "Rui", "category": "personal"}],
+                           "entities": [{"name": "Rui", "entity_type": "person"}], "relationships": []})
+
+    said = "I moved last spring."
+    schema = f"uirep_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    try:
+        extractor = LLMExtractor(ScriptedLLM({said: [answer("Lisbon"), answer("Porto")]}, key_fn=message_of))
+        with Memory.open(env=es_env_from_url(pg_url, schema), embedder=HashEmbedder(384),
+                         llm=None, extractor=extractor, quiet=True) as memory:
+            memory.write("rep-agent", said, speaker="Rui", message_id="m1")
+            memory.wait_for_projections()
+            memory.reprocess("rep-agent", "m1")
+            memory.wait_for_projections()
+            facts = {f.text: f for f in memory.list_facts("rep-agent", status="all").items}
+            old, new = facts["Rui lives in Lisbon"], facts["Rui lives in Porto"]
+            assert old.status != "active" and new.status == "active"
+            shown = {}
+            async with _client(create_app(memory)) as c:
+                for fact in (old, new):
+                    r = await c.get(f"/ui/agents/rep-agent/facts/{fact.fact_id}")
+                    assert r.status_code == 200, r.text[:500]
+                    shown[fact.text] = r.text[r.text.index('id="dec-h"'):r.text.index('id="ver-h"')]
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+    assert "Rui lives in Lisbon" in shown["Rui lives in Lisbon"] and "Porto" not in shown["Rui lives in Lisbon"]
+    assert "Rui lives in Porto" in shown["Rui lives in Porto"] and "Lisbon" not in shown["Rui lives in Porto"]

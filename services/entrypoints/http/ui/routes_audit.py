@@ -26,7 +26,7 @@ async def lineage(request: Request, agent_id: str, fact_id: str) -> HTMLResponse
     fact = await call(request, lambda m: m.get_fact(agent_id, fact_id))
     history = await call(request, lambda m: m.history(agent_id, fact_id))
     sources = [s.message_id for s in fact.sources]
-    outputs = await call(request, lambda m: m.extraction_outputs(agent_id, sources))
+    outputs = await call(request, lambda m: m.extraction_outputs(agent_id, sources, fact_id))
     return page(request, "lineage.html", title=f"Fact {fact_id}", agent_id=agent_id,
                 tab="facts", fact=fact, history=history, llm_outputs=outputs,
                 can_delete=fact.status == "active" and may(request, "write", agent_id))
