@@ -35,6 +35,16 @@ async def _send_examples(app: Any, spec: dict[str, Any]) -> list[tuple[str, str,
                 response = await client.post(path, json=example["value"])
                 sent.append((path, name, response.status_code))
                 assert response.status_code == 200, (path, name, response.text)
+        # a webhook registration, then Mem0's add before its search (a Mem0 user's first calls)
+        for path in ("/v1/webhooks", "/v3/memories/add/", "/v3/memories/search/"):
+            body = spec["paths"][path]["post"]["requestBody"]["content"]["application/json"]
+            assert body.get("examples"), f"{path} has no examples"
+            for name, example in body["examples"].items():
+                response = await client.post(path, json=example["value"])
+                sent.append((path, name, response.status_code))
+                assert response.status_code == 200, (path, name, response.text)
+                if path == "/v3/memories/search/":
+                    assert "results" in response.json(), response.text
         history = await client.get("/v1/agents/agent-1/history")
         assert history.status_code == 200
         entries = history.json()
@@ -60,4 +70,4 @@ async def test_every_example_succeeds_and_the_document_is_typed(memory: Memory) 
     write_ok = spec["paths"]["/v1/messages"]["post"]["responses"]["200"]["content"]["application/json"]
     assert write_ok["schema"]["$ref"] == "#/components/schemas/WriteResult"
     sent = await _send_examples(app, spec)
-    assert len(sent) == 6
+    assert len(sent) == 12

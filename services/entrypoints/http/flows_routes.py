@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from engramdb.infra.api_keys import Grant
 from engramdb.services.entrypoints.http.auth import authorize, require
 from engramdb.services.entrypoints.http.errors import AUTH_ERRORS, ErrorBody, plain, unprocessable
-from engramdb.services.entrypoints.http.openapi_examples import FACTS_EXAMPLES
+from engramdb.services.entrypoints.http.openapi_examples import FACTS_EXAMPLES, WEBHOOK_EXAMPLES
 from engramdb.services.management.webhooks import Webhook, WebhookRefused
 from engramdb.services.write.client_facts import AddFactsRequest, InvalidClientFacts
 from engramdb.services.write.models import WriteResult
@@ -72,7 +72,7 @@ def _covers(grant: Grant, hook: Webhook | WebhookIn) -> bool:
 
 @router.post("/v1/webhooks", response_model=Webhook, responses={422: {"model": ErrorBody}, **AUTH_ERRORS},
              summary="Register a URL for an agent's (or a prefix's) changes; the answer holds the secret")
-async def add_webhook(body: WebhookIn, http: Request,
+async def add_webhook(body: Annotated[WebhookIn, Body(openapi_examples=WEBHOOK_EXAMPLES)], http: Request,
                       grant: Annotated[Grant, Depends(require("admin"))]) -> Any:
     if not _covers(grant, body):
         raise HTTPException(status_code=403, detail="this API key does not cover those agents")

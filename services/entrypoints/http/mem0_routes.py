@@ -28,6 +28,10 @@ from pydantic import ValidationError
 from engramdb.infra.api_keys import Grant, KeyRing
 from engramdb.services.entrypoints.http.auth import OPEN
 from engramdb.services.entrypoints.http.errors import from_validation, plain, unprocessable
+from engramdb.services.entrypoints.http.openapi_examples import (
+    MEM0_ADD_EXAMPLES,
+    MEM0_SEARCH_EXAMPLES,
+)
 from engramdb.services.management.models import NotFoundError
 from engramdb.services.memory.mem0_compat import Mem0Memory
 from engramdb.services.memory.mem0_shapes import (
@@ -130,7 +134,8 @@ async def ping(grant: GrantDep) -> Any:
 
 
 @router.post("/v3/memories/add/", summary="Mem0: add messages (extract and decide, or record)")
-async def add(request: Request, grant: GrantDep, body: Annotated[dict[str, Any], Body()]) -> Any:
+async def add(request: Request, grant: GrantDep,
+              body: Annotated[dict[str, Any], Body(openapi_examples=MEM0_ADD_EXAMPLES)]) -> Any:
     body = _body_dict(body)
     bad = _unknown(body, {"messages", "user_id", "agent_id", "run_id", "metadata", "infer",
                           "filters"}, _ADD_IGNORED)
@@ -175,7 +180,8 @@ async def get_all(
 
 
 @router.post("/v3/memories/search/", summary="Mem0: search memories (engramdb's retrieve)")
-async def search(request: Request, grant: GrantDep, body: Annotated[dict[str, Any], Body()]) -> Any:
+async def search(request: Request, grant: GrantDep,
+                 body: Annotated[dict[str, Any], Body(openapi_examples=MEM0_SEARCH_EXAMPLES)]) -> Any:
     body = _body_dict(body)
     bad = _unknown(body, {"query", "filters", "top_k", "threshold", "user_id", "agent_id",
                           "run_id"}, _SEARCH_IGNORED)

@@ -52,3 +52,43 @@ FACTS_EXAMPLES: dict[str, Any] = {
         },
     },
 }
+
+WEBHOOK_EXAMPLES: dict[str, Any] = {
+    "one agent": {
+        "summary": "deliver one agent's changes (the answer holds the generated secret, once)",
+        "value": {"url": "https://hooks.example.com/engramdb", "agent_id": "agent-1"},
+    },
+    "a tenant": {
+        "summary": "every agent whose id starts with a prefix, with your own secret",
+        "value": {"url": "https://hooks.example.com/tenant-a", "agent_prefix": "tenant-a:",
+                  "secret": "a-shared-secret-of-32-characters", "max_attempts": 5},
+    },
+}
+
+# Mem0's platform routes (ADR-0047): the bodies the official ``mem0ai`` client sends
+MEM0_ADD_EXAMPLES: dict[str, Any] = {
+    "a user's messages": {
+        "summary": "extract and decide, into the user's memory",
+        "value": {"messages": [{"role": "user", "content": "I'm vegetarian and I live in Lisbon"}],
+                  "user_id": "ana"},
+    },
+    "stored only": {
+        "summary": "record the turn without extraction (infer false), in one run of one agent",
+        "value": {"messages": [{"role": "user", "content": "Remind me to call Rui"}],
+                  "user_id": "ana", "agent_id": "planner", "run_id": "trip-1", "infer": False,
+                  "metadata": {"channel": "slack"}},
+    },
+}
+
+MEM0_SEARCH_EXAMPLES: dict[str, Any] = {
+    "a user's memory": {
+        "summary": "search one user's memory",
+        "value": {"query": "What does Ana eat?", "filters": {"user_id": "ana"}, "top_k": 5},
+    },
+    "narrowed": {
+        "summary": "narrowed to a run and a metadata value (inside SQL, before ranking)",
+        "value": {"query": "Who should Ana call?",
+                  "filters": {"AND": [{"user_id": "ana"}, {"run_id": "trip-1"},
+                                      {"metadata": {"channel": "slack"}}]}},
+    },
+}
