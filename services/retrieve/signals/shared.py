@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
@@ -186,59 +186,46 @@ def set_hnsw(conn: Any, ef_search: int) -> None:
     )
 
 
-_RESTORE_PLANS = (
-    "SELECT set_config('plan_cache_mode', coalesce(nullif(current_setting("
-    "'engramdb.saved_plan_cache_mode', true), ''), current_setting('plan_cache_mode')), true)"
-)
-
-
-def _restore_plans(conn: Any) -> None:
-    """Put back the ``plan_cache_mode`` saved by ``custom_plans`` (same pipeline, no extra
-    round trip)."""
-    conn.execute(_RESTORE_PLANS)
-
-
 @contextmanager
-def custom_plans(conn: Any) -> Iterator[None]:
-    """Statements issued inside run with ``plan_cache_mode = force_custom_plan``, sent in ONE
-    round trip (pipeline) with the setting and its restore: the previous value is saved in a
-    transaction-local custom setting and put back, so nothing leaks into later statements or
-    the pooled connection (if an autocommit connection ended the transaction in between, the
-setting already ended with it and the restore keeps the current value). Why: psycopg prepares a statement after 5 runs and PostgreSQL may
+def local_settings(conn: Any, settings: Mapping[str, str]) -> Iterator[None]:
+    """Statements issued inside run with these planner ``settings``, sent in ONE round trip
+    (pipeline) with the settings and their restore: each previous value is saved in a
+    transaction-local custom setting (``engramdb.saved_<name>``) and put back, so nothing
+    leaks into later statements or the pooled connection (if an autocommit connection ended
+    the transaction in between, the settings already ended with it and the restore keeps the
+    current values). A plan never changes a result here: every query orders by a total key."""
+    names = list(settings)
+    with batch(conn):
+        conn.execute(
+            "SELECT " + ", ".join(f"set_config('engramdb.saved_{n}', current_setting('{n}'), true),"
+                                  f" set_config('{n}', %s, true)" for n in names),
+            [settings[n] for n in names],
+        )
+        yield
+        conn.execute("SELECT " + ", ".join(
+            f"set_config('{n}', coalesce(nullif(current_setting('engramdb.saved_{n}', true), ''),"
+            f" current_setting('{n}')), true)" for n in names))
+
+
+def custom_plans(conn: Any) -> AbstractContextManager[None]:
+    """``plan_cache_mode = force_custom_plan`` for the statements issued inside
+    (``local_settings``). Why: psycopg prepares a statement after 5 runs and PostgreSQL may
     then keep a generic plan that knows neither the agent's size nor the words' frequencies —
     the capped IDF counts took ~20 ms instead of ~3 ms at 100k facts (ADR 0006). Other
-    statements (the linked-facts lookup) are faster with their generic plan, hence the scope. A plan
-    never changes a result here: every query orders by a total key."""
-    with batch(conn):
-        conn.execute(
-            "SELECT set_config('engramdb.saved_plan_cache_mode', current_setting('plan_cache_mode'), true),"
-            " set_config('plan_cache_mode', 'force_custom_plan', true)"
-        )
-        yield
-        _restore_plans(conn)
+    statements (the linked-facts lookup) are faster with their generic plan, hence the scope."""
+    return local_settings(conn, {"plan_cache_mode": "force_custom_plan"})
 
 
-@contextmanager
-def index_order_only(conn: Any) -> Iterator[None]:
-    """Statements issued inside cannot use bitmap scans (``enable_bitmapscan`` off, saved and
-    put back like ``custom_plans``, one round trip): a walk that should read rows in an
-    index's order until its LIMIT is met can then not be planned as a bitmap of every
-    matching row plus a sort. Why: a narrowed neighbour walk (``tail_lists.neighbours``) was
-    planned either way depending on how the plan guessed the filter's rows — a generic plan
-    took the metadata GIN index + a sort of the session (5.3 vs 1.0 ms at 10k facts), a
-    custom one the same when the passing turns cluster in a few sessions (~11 ms at 100k) —
-    while the ordered walk never reads more than the session's rows either way. The result
-    is the same whatever the plan (the walk orders by a total key)."""
-    with batch(conn):
-        conn.execute(
-            "SELECT set_config('engramdb.saved_bitmapscan', current_setting('enable_bitmapscan'), true),"
-            " set_config('enable_bitmapscan', 'off', true)"
-        )
-        yield
-        conn.execute(
-            "SELECT set_config('enable_bitmapscan', coalesce(nullif(current_setting("
-            "'engramdb.saved_bitmapscan', true), ''), current_setting('enable_bitmapscan')), true)"
-        )
+def index_order_only(conn: Any) -> AbstractContextManager[None]:
+    """No bitmap scans for the statements issued inside (``local_settings``): a walk that
+    should read rows in an index's order until its LIMIT is met can then not be planned as a
+    bitmap of every matching row plus a sort. Why: a narrowed neighbour walk
+    (``tail_lists.neighbours``) was planned either way depending on how the plan guessed the
+    filter's rows — a generic plan took the metadata GIN index + a sort of the session (5.3
+    vs 1.0 ms at 10k facts), a custom one the same when the passing turns cluster in a few
+    sessions (~11 ms at 100k) — while the ordered walk never reads more than the session's
+    rows either way."""
+    return local_settings(conn, {"enable_bitmapscan": "off"})
 
 
 @contextmanager
