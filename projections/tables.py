@@ -52,6 +52,10 @@ class Table:
     # gains them through ``ADD COLUMN IF NOT EXISTS`` (nullable or with a DEFAULT; the events
     # that fill them fold onto the defaults, so a rebuild is not required)
     added: tuple[str, ...] = ()
+    # secondary indexes a later one replaced: a database created before keeps them (CREATE
+    # INDEX IF NOT EXISTS adds the new one beside), so the schema setup drops them; a table's
+    # writes then maintain only the indexes ``indexes`` names
+    retired_indexes: tuple[str, ...] = ()
 
     def embedded_expression(self, row: str) -> str:
         """SQL of the embedded string for rows aliased ``row``."""
@@ -106,7 +110,7 @@ class Table:
 
     def ddl(self, dimensions: int, vector_indexes: bool = True) -> list[str]:
         out = [*self.functions, self.create_sql(dimensions), *self.add_generated_sql(),
-               *self.indexes]
+               *self.indexes, *(f"DROP INDEX IF EXISTS {name}" for name in self.retired_indexes)]
         if vector_indexes:
             out.extend(self.vector_index_sql())
         return out

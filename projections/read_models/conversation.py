@@ -63,6 +63,8 @@ MESSAGES = Table(
         "CREATE INDEX IF NOT EXISTS mem_messages_metadata ON mem_messages USING gin (metadata jsonb_path_ops)",
         stats_index("mem_messages", "message_id", ("occurred_at", "recorded_at")),
     ),
+    # replaced by mem_messages_session_order (ADR-0047, 2026-12-04), which leads with its columns
+    retired_indexes=("mem_messages_session",),
     embedded_text="text",
     # what is embedded: "Speaker: text" (who said it is part of a turn's meaning; measured
     # in ADR-0009) — the same string as ``embedded_message_text``

@@ -163,3 +163,23 @@ def test_a_new_read_model_is_one_definition_and_one_registry_entry(
         assert tracking_positions(pg_url, schema, ["entity_names"]) == {"entity_names": position}
     finally:
         app.close()
+
+
+def test_schema_setup_drops_a_retired_index(fresh_schema: Any, pg_url: str) -> None:
+    """A database made before ``mem_messages_session_order`` replaced ``mem_messages_session``
+    (ADR-0047) loses the old index at the next schema setup (``Table.retired_indexes``) and
+    keeps the new one: its writes maintain only the indexes the table declares."""
+    from engramdb.services.memory.facade import Memory
+
+    schema, env = fresh_schema("retire")
+    with Memory.open(env=env, embedder=HashEmbedder(384), llm=None, quiet=True):
+        pass
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'CREATE INDEX mem_messages_session ON "{schema}".mem_messages (agent_id, session_id)')
+    with Memory.open(env=env, embedder=HashEmbedder(384), llm=None, quiet=True):
+        pass
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        names = {r[0] for r in conn.execute(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = %s AND tablename = 'mem_messages'",
+            (schema,)).fetchall()}
+    assert "mem_messages_session" not in names and "mem_messages_session_order" in names, names
