@@ -186,23 +186,30 @@ def get_fact(pool: ConnectionPool, agent_id: str, fact_id: str) -> FactDetail:
     )
 
 
-def list_entities(pool: ConnectionPool, agent_id: str, page: PageParams) -> Page[EntityItem]:
-    """The agent's entities (merged-away ones excluded), by ``entity_key``."""
+def list_entities(pool: ConnectionPool, agent_id: str, page: PageParams,
+                  metadata: MetadataFilter | None = None) -> Page[EntityItem]:
+    """The agent's entities (merged-away ones excluded), by ``entity_key``. ``metadata``: only
+    entities an active fact drawn from a matching turn is about (a fact inherits its source
+    turns' metadata, issue 24), their ``active_facts`` counting those facts alone — in SQL,
+    under the keyset LIMIT."""
     check_agent_id(agent_id)
     params: dict[str, Any] = {"a": agent_id, "n": page.limit + 1, "c": ""}
     if page.cursor is not None:
         (params["c"],) = decode_cursor(page.cursor, (str,))
+    passing = "" if metadata is None else " AND " + _FACT_METADATA.format(metadata.sql("sm.metadata", params))
+    active = ("(SELECT count(*) FROM mem_fact_entities fe JOIN mem_facts f ON f.agent_id = fe.agent_id "
+              "AND f.fact_id = fe.fact_id AND f.status = 'active' WHERE fe.agent_id = e.agent_id "
+              f"AND fe.entity_key = e.entity_key{passing})")
     rows = _rows(
         pool,
         "SELECT e.entity_key, e.display_name, e.entity_type, e.created_at, "
         "ARRAY(SELECT al.alias FROM mem_aliases al WHERE al.agent_id = e.agent_id "
         "AND al.entity_key = e.entity_key ORDER BY al.alias) AS aliases, "
-        "(SELECT count(*) FROM mem_fact_entities fe JOIN mem_facts f ON f.agent_id = fe.agent_id "
-        "AND f.fact_id = fe.fact_id AND f.status = 'active' WHERE fe.agent_id = e.agent_id "
-        "AND fe.entity_key = e.entity_key) AS active_facts, e.profile_text AS profile, "
+        f"{active} AS active_facts, e.profile_text AS profile, "
         "e.profile_method, e.profile_refreshed_at "
         "FROM mem_entities e WHERE e.agent_id = %(a)s AND e.merged_into IS NULL "
-        "AND e.entity_key > %(c)s ORDER BY e.entity_key LIMIT %(n)s",
+        f"AND e.entity_key > %(c)s{'' if metadata is None else f' AND {active} > 0'} "
+        "ORDER BY e.entity_key LIMIT %(n)s",
         params,
     )
     items = [EntityItem.model_validate(r) for r in rows]

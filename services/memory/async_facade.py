@@ -200,9 +200,11 @@ class AsyncMemory:
         return await self._read(self.sync.get_fact, agent_id, fact_id)
 
     async def list_entities(
-        self, agent_id: str, *, limit: int = 50, cursor: str | None = None
+        self, agent_id: str, *, limit: int = 50, cursor: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> Page[EntityItem]:
-        return await self._read(self.sync.list_entities, agent_id, limit=limit, cursor=cursor)
+        return await self._read(self.sync.list_entities, agent_id, limit=limit, cursor=cursor,
+                                metadata=metadata)
 
     async def list_agents(
         self, *, limit: int = 50, cursor: str | None = None, agents: Sequence[str] | None = None

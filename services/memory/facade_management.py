@@ -81,10 +81,13 @@ class ManageMixin:
         return queries.get_fact(self.cell(agent_id).pool, agent_id, fact_id)
 
     def list_entities(
-        self, agent_id: str, *, limit: int = 50, cursor: str | None = None
+        self, agent_id: str, *, limit: int = 50, cursor: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> Page[EntityItem]:
+        """``metadata``: only entities an active fact drawn from a matching turn is about."""
         return queries.list_entities(
-            self.cell(agent_id).pool, agent_id, PageParams(limit=limit, cursor=cursor)
+            self.cell(agent_id).pool, agent_id, PageParams(limit=limit, cursor=cursor),
+            _metadata(metadata),
         )
 
     def list_agents(

@@ -23,6 +23,7 @@ from engramdb.domain.time_range import check_instant
 from engramdb.services.entrypoints.cli import polish
 from engramdb.services.entrypoints.cli.flows import register as register_flow_commands
 from engramdb.services.entrypoints.cli.jobs import jobs_app
+from engramdb.services.entrypoints.cli.manage import parse_metadata
 from engramdb.services.entrypoints.cli.manage import register as register_manage_commands
 from engramdb.services.entrypoints.cli.security import keys_app, nats_user_app
 from engramdb.services.entrypoints.cli.ui import register as register_ui_command
@@ -171,10 +172,7 @@ def retrieve(
     with cli_user_errors():
         _check_agent(agent)
         moment = _parse_time(as_of)
-        try:
-            meta = None if metadata is None else json.loads(metadata)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"--metadata is not JSON: {exc}") from None
+        meta = parse_metadata(metadata)
         with _open_memory() as memory:
             memory.wait_for_projections(agent_id=agent)  # like list-facts: see every write so far
             result = memory.retrieve(agent, query, as_of=moment, session_id=session or None, metadata=meta)

@@ -10,6 +10,7 @@ prints one ``error: ...`` line on stderr and exits with code 2, never a tracebac
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -26,6 +27,8 @@ Json = Annotated[bool, typer.Option("--json", help="print one JSON document")]
 Limit = Annotated[int, typer.Option("--limit", help="items per page (1-500)")]
 Cursor = Annotated[str | None, typer.Option("--cursor", help="next_cursor of the previous page")]
 Actor = Annotated[str | None, typer.Option("--actor", help="who asks (default: cli)")]
+Metadata = Annotated[str | None, typer.Option(
+    "--metadata", help='JSON filter on the turns\' metadata, e.g. \'{"channel": "slack"}\' (issue 24)')]
 
 
 _user_errors = cli_user_errors  # the names other modules import
@@ -42,6 +45,19 @@ def _time(value: str | None, option: str) -> datetime | None:
             f"{option} {value!r} is not an ISO-8601 time; try 2026-03-28 or 2026-03-28T14:00:00+00:00"
         ) from None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def parse_metadata(raw: str | None) -> dict[str, Any] | None:
+    """``--metadata``'s filter tree; not JSON (or not an object) is a usage error."""
+    if raw is None:
+        return None
+    try:
+        tree = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--metadata is not JSON: {exc}") from None
+    if not isinstance(tree, dict):
+        raise ValueError("--metadata: a filter is a JSON object")
+    return tree
 
 
 @contextmanager
@@ -118,16 +134,18 @@ def list_facts(
     cursor: Cursor = None,
     as_json: Json = False,
     category: Annotated[str | None, typer.Option(help="e.g. directive (ADR-0045)")] = None,
+    metadata: Metadata = None,
 ) -> None:
     """List an agent's facts (active by default), a page at a time."""
     with _user_errors():
         check_agent_id(agent)
         when, asof = _time(valid_at, "--valid-at"), _time(as_of, "--as-of")
+        tree = parse_metadata(metadata)
         with _memory() as memory:
             page = memory.list_facts(
                 agent, status=status, entity=entity, session=session, speaker=speaker,
                 valid_at=when, as_of=asof, text=text, limit=limit, cursor=cursor,
-                category=category,
+                category=category, metadata=tree,
             )
     _show_page(page, as_json, _fact_line)
 
@@ -215,12 +233,14 @@ def erase(
     )
 
 
-def list_entities(agent: Agent, limit: Limit = 50, cursor: Cursor = None, as_json: Json = False) -> None:
+def list_entities(agent: Agent, limit: Limit = 50, cursor: Cursor = None, as_json: Json = False,
+                  metadata: Metadata = None) -> None:
     """List an agent's entities."""
     with _user_errors():
         check_agent_id(agent)
+        tree = parse_metadata(metadata)
         with _memory() as memory:
-            page = memory.list_entities(agent, limit=limit, cursor=cursor)
+            page = memory.list_entities(agent, limit=limit, cursor=cursor, metadata=tree)
     _show_page(page, as_json, lambda e: f"{e.entity_key}  {e.display_name}  "
                f"({e.entity_type}, {e.active_facts} active facts)")
 
@@ -240,13 +260,15 @@ def list_messages(
     limit: Limit = 50,
     cursor: Cursor = None,
     as_json: Json = False,
+    metadata: Metadata = None,
 ) -> None:
     """List an agent's recorded messages (hidden ones marked)."""
     with _user_errors():
         check_agent_id(agent)
+        tree = parse_metadata(metadata)
         with _memory() as memory:
             page = memory.list_messages(
-                agent, session=session, speaker=speaker, limit=limit, cursor=cursor
+                agent, session=session, speaker=speaker, limit=limit, cursor=cursor, metadata=tree
             )
     _show_page(page, as_json, lambda m: f"{m.message_id}  {m.occurred_at:%Y-%m-%d %H:%M}  "
                f"{m.speaker or '?'}: {m.text}" + ("  (hidden)" if m.hidden else ""))

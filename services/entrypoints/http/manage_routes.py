@@ -23,7 +23,9 @@ from pydantic import BaseModel
 
 from engramdb.domain.agent_id import AGENT_ID_PATTERN, AGENT_ID_RULE
 from engramdb.infra.api_keys import Grant
+from engramdb.services.entrypoints.http import metadata_query
 from engramdb.services.entrypoints.http.auth import OPEN, authorize, check_key, require
+from engramdb.services.entrypoints.http.metadata_query import EntityQuery, FactQuery, MessageQuery
 from engramdb.services.management.models import (
     ActorBody,
     AgentItem,
@@ -31,10 +33,8 @@ from engramdb.services.management.models import (
     EntityItem,
     EraseResult,
     FactDetail,
-    FactFilter,
     FactItem,
     ForgetResult,
-    MessageFilter,
     MessageItem,
     NotActiveError,
     NotFoundError,
@@ -153,10 +153,11 @@ async def list_agents(
 async def list_facts(
     request: Request,
     agent_id: AgentId,
-    flt: Annotated[FactFilter, Query()],
+    flt: Annotated[FactQuery, Query()],
     _grant: ReadGrant,
 ) -> Any:
-    return await _call(request, lambda m: m.list_facts(agent_id, **flt.model_dump()))
+    fields, tree = metadata_query.split(flt)
+    return await _call(request, lambda m: m.list_facts(agent_id, **fields, metadata=tree))
 
 
 @router.get(
@@ -251,12 +252,11 @@ async def reprocess(
 async def list_entities(
     request: Request,
     agent_id: AgentId,
-    page: Annotated[PageParams, Query()],
+    page: Annotated[EntityQuery, Query()],
     _grant: ReadGrant,
 ) -> Any:
-    return await _call(
-        request, lambda m: m.list_entities(agent_id, limit=page.limit, cursor=page.cursor)
-    )
+    fields, tree = metadata_query.split(page)
+    return await _call(request, lambda m: m.list_entities(agent_id, **fields, metadata=tree))
 
 
 @router.get(
@@ -268,7 +268,8 @@ async def list_entities(
 async def list_messages(
     request: Request,
     agent_id: AgentId,
-    flt: Annotated[MessageFilter, Query()],
+    flt: Annotated[MessageQuery, Query()],
     _grant: ReadGrant,
 ) -> Any:
-    return await _call(request, lambda m: m.list_messages(agent_id, **flt.model_dump()))
+    fields, tree = metadata_query.split(flt)
+    return await _call(request, lambda m: m.list_messages(agent_id, **fields, metadata=tree))

@@ -39,15 +39,21 @@ class _AgentArg(BaseModel):
     agent_id: str = Field(min_length=1, max_length=200)
 
 
-class ListFactsRequest(FactFilter, _AgentArg):
+class _MetadataArg(BaseModel):
+    # the filter tree ``list_facts(metadata=...)`` takes (issue 24); a bad tree is a
+    # ``validation`` reply naming the operator, before any query runs
+    metadata: dict[str, Any] | None = None
+
+
+class ListFactsRequest(FactFilter, _AgentArg, _MetadataArg):
     pass
 
 
-class ListMessagesRequest(MessageFilter, _AgentArg):
+class ListMessagesRequest(MessageFilter, _AgentArg, _MetadataArg):
     pass
 
 
-class ListEntitiesRequest(PageParams, _AgentArg):
+class ListEntitiesRequest(PageParams, _AgentArg, _MetadataArg):
     pass
 
 

@@ -1,0 +1,60 @@
+"""``?metadata=<JSON>`` on the HTTP lists (``/facts``, ``/messages``, ``/entities``; issue 24).
+
+Why a JSON query parameter: the filter is a tree (``{"AND": [{"channel": "slack"}, {"tier":
+{"in": ["gold", "silver"]}}]}``, ``management/metadata_filter.py``) that no flat query string
+can spell; the same tree the Python ``list_facts(metadata=...)``, the Mem0 routes' ``filters``
+and the retrieve body's ``within.metadata`` take. A value that is not JSON, not an object, or
+not a valid tree is a 422 naming ``metadata``, before any query runs.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi.exceptions import RequestValidationError
+from pydantic import Field
+
+from engramdb.services.management.metadata_filter import MetadataFilter
+from engramdb.services.management.models import FactFilter, MessageFilter, PageParams
+
+METADATA_DESCRIPTION = (
+    "a JSON filter on the turns' metadata (a fact's: its source turns'; an entity's: its active "
+    'facts\'), decided in SQL: {"channel": "slack"}, {"tier": {"in": ["gold", "silver"]}}, '
+    '{"OR": [...]}; operators eq, ne, in, nin, contains, icontains; AND / OR / NOT'
+)
+
+
+class _Metadata:
+    metadata: str | None = Field(default=None, max_length=16_384, description=METADATA_DESCRIPTION)
+
+
+class FactQuery(FactFilter, _Metadata):
+    """``FactFilter`` plus ``metadata``."""
+
+
+class MessageQuery(MessageFilter, _Metadata):
+    """``MessageFilter`` plus ``metadata``."""
+
+
+class EntityQuery(PageParams, _Metadata):
+    """A page of entities plus ``metadata``."""
+
+
+def split(query: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The query's other fields, and its metadata filter tree (``None`` without one); a bad
+    filter is the 422 FastAPI gives for a bad query parameter."""
+    fields = query.model_dump(exclude={"metadata"})
+    raw = query.metadata
+    if raw is None:
+        return fields, None
+    try:
+        tree = json.loads(raw)
+        if not isinstance(tree, dict):
+            raise ValueError("a filter is a JSON object")
+        MetadataFilter(tree)
+    except ValueError as exc:  # json.JSONDecodeError is a ValueError
+        raise RequestValidationError(
+            [{"loc": ("query", "metadata"), "msg": f"metadata: {exc}", "type": "value_error"}]
+        ) from None
+    return fields, tree
