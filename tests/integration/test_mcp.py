@@ -80,6 +80,14 @@ async def _exercise_tools(client: Client, agent: str) -> None:
 
     page = _data(await client.call_tool("list_facts", {"agent_id": agent}))
     assert [f["fact_id"] for f in page["items"]] == [fact_id]
+    # narrowed by the source turn's metadata, in SQL (the turn was written with none)
+    none = _data(await client.call_tool("list_facts", {"agent_id": agent, "metadata": {"channel": "slack"}}))
+    assert none["items"] == []
+    kept = _data(await client.call_tool("list_facts", {"agent_id": agent,
+                                                       "metadata": {"NOT": [{"channel": "slack"}]}}))
+    assert [f["fact_id"] for f in kept["items"]] == [fact_id]
+    bad_tree = await client.call_tool("list_facts", {"agent_id": agent, "metadata": {"channel": {"like": "s"}}})
+    assert bad_tree.is_error and "\n" not in bad_tree.content[0].text
 
     detail = _data(await client.call_tool("get_fact", {"agent_id": agent, "fact_id": fact_id}))
     assert detail["status"] == "active"

@@ -247,6 +247,8 @@ def _add_read_tools(server: MCPServer[Any], keyring: KeyRing | None) -> None:
         category: Annotated[str | None, Field(
             max_length=40, description="'directive': how the user asked you to behave (ADR-0045)"
         )] = None,
+        metadata: Annotated[dict[str, Any] | None, Field(
+            description='only facts from turns whose metadata matches, e.g. {"channel": "slack"}')] = None,
     ) -> Page[FactItem]:
         """List the facts memory holds for the agent (active ones by default), a page at a
         time. Use it to show the user what is remembered, or to find a fact's id; use
@@ -256,7 +258,7 @@ def _add_read_tools(server: MCPServer[Any], keyring: KeyRing | None) -> None:
         page: Page[FactItem] = await _call(
             lambda: m.list_facts(
                 agent_id, status=status, entity=entity, text=text, limit=limit, cursor=cursor,
-                category=category,
+                category=category, metadata=metadata,
             )
         )
         return page
