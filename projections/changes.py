@@ -13,7 +13,10 @@ longer decrypt, so they map to nothing, and the publisher purges its subject).
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
+
+from eventsourcing.utils import resolve_topic
 
 from engramdb.domain.aggregate import AgentMemory
 from engramdb.domain.jobs import AgentJobs
@@ -43,6 +46,21 @@ _FIELDS = ("fact_id", "supersedes_fact_id", "entity_key", "attribute_key", "text
 
 def change_kind(event: Any) -> str | None:
     return _FACTS.get(type(event))
+
+
+_DECODED = frozenset((*_FACTS, AgentMemory.Opened))  # Opened: it names an aggregate's agent
+
+
+@lru_cache(maxsize=256)
+def may_be_change(topic: str) -> bool:
+    """Whether a stored event of ``topic`` can be a change (or the ``Opened`` that names its
+    agent), so that a follower of the log decodes only those notifications. By the class the
+    topic resolves to — events stored before ADR-0007 name the module ``domain.aggregate``;
+    a topic that does not resolve is decoded, and the mapper says what it is."""
+    try:
+        return resolve_topic(topic) in _DECODED
+    except Exception:  # noqa: BLE001 - unknown topic: let the decoder decide
+        return True
 
 
 def change_of(position: int, agent_id: str, event: Any) -> dict[str, Any] | None:

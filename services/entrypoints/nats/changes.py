@@ -34,7 +34,7 @@ from nats.js.errors import NotFoundError
 
 from engramdb.domain.aggregate import AgentMemory
 from engramdb.domain.erasure import UndecryptableEvent
-from engramdb.projections.changes import change_of
+from engramdb.projections.changes import change_of, may_be_change
 from engramdb.services.entrypoints.nats.loop_thread import LoopThread
 from engramdb.services.write.messages import DEFAULT_PREFIX, agent_token
 
@@ -100,6 +100,10 @@ class ChangePublisher(LoopThread):
         """(position, agent, change, is erasure) per change of a page, in log order."""
         out = []
         for notification in page:
+            # most of the log is not a change (a turn's Recorded / Processed, job bookkeeping):
+            # told by the stored topic, it is never decrypted nor deserialized here
+            if not may_be_change(notification.topic):
+                continue
             event = self.app.mapper.to_domain_event(notification)
             if isinstance(event, UndecryptableEvent):
                 continue
