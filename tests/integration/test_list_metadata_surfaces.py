@@ -76,7 +76,8 @@ async def test_http_lists_take_a_json_metadata_filter(seeded: tuple[Memory, str]
             got[kind] = sorted((i[key], i["active_facts"]) if kind == "entities" else i[key]
                                for i in r.json()["items"])
         assert got == want
-        for bad in ("{not json", "[1, 2]", json.dumps({"channel": {"like": "s%"}}), "x" * 20_000):
+        for bad in ("{not json", "[1, 2]", json.dumps({"channel": {"like": "s%"}}), "x" * 20_000,
+                    "[" * 5000 + "]" * 5000):  # deep enough to exhaust the JSON decoder's recursion
             r = await c.get(f"{base}/facts", params={"metadata": bad})
             assert r.status_code == 422, (bad[:40], r.text)
             assert r.json()["detail"][0]["loc"] == ["query", "metadata"], r.text
@@ -129,7 +130,7 @@ def test_cli_lists_take_metadata(seeded: tuple[Memory, str], agent_id: str, pg_u
         items = json.loads(out.stdout)["items"]
         got[kind] = sorted((i[key], i["active_facts"]) if kind == "entities" else i[key] for i in items)
     assert got == want
-    for bad in ("{not json", "[1]", json.dumps({"channel": {"like": "s"}})):
+    for bad in ("{not json", "[1]", json.dumps({"channel": {"like": "s"}}), "[" * 5000 + "]" * 5000):
         out = runner.invoke(cli_app, ["list-facts", "--agent", agent_id, "--metadata", bad])
         assert out.exit_code == 2, (bad, out.output)
         assert out.stderr.startswith("error: ") and out.stderr.count("\n") == 1, out.stderr

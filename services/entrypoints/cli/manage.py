@@ -55,6 +55,8 @@ def parse_metadata(raw: str | None) -> dict[str, Any] | None:
         tree = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise ValueError(f"--metadata is not JSON: {exc}") from None
+    except RecursionError:
+        raise ValueError("--metadata: nested too deeply") from None
     if not isinstance(tree, dict):
         raise ValueError("--metadata: a filter is a JSON object")
     return tree

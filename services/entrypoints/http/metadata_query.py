@@ -53,8 +53,9 @@ def split(query: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
         if not isinstance(tree, dict):
             raise ValueError("a filter is a JSON object")
         MetadataFilter(tree)
-    except ValueError as exc:  # json.JSONDecodeError is a ValueError
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError; [[[[… recurses
+        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         raise RequestValidationError(
-            [{"loc": ("query", "metadata"), "msg": f"metadata: {exc}", "type": "value_error"}]
+            [{"loc": ("query", "metadata"), "msg": f"metadata: {why}", "type": "value_error"}]
         ) from None
     return fields, tree
