@@ -197,9 +197,12 @@ def list_entities(pool: ConnectionPool, agent_id: str, page: PageParams,
     if page.cursor is not None:
         (params["c"],) = decode_cursor(page.cursor, (str,))
     passing = "" if metadata is None else " AND " + _FACT_METADATA.format(metadata.sql("sm.metadata", params))
-    active = ("(SELECT count(*) FROM mem_fact_entities fe JOIN mem_facts f ON f.agent_id = fe.agent_id "
-              "AND f.fact_id = fe.fact_id AND f.status = 'active' WHERE fe.agent_id = e.agent_id "
-              f"AND fe.entity_key = e.entity_key{passing})")
+    about = ("FROM mem_fact_entities fe JOIN mem_facts f ON f.agent_id = fe.agent_id "
+             "AND f.fact_id = fe.fact_id AND f.status = 'active' WHERE fe.agent_id = e.agent_id "
+             f"AND fe.entity_key = e.entity_key{passing}")
+    active = f"(SELECT count(*) {about})"
+    # filtered: an entity passes at its first passing fact (EXISTS stops there); the count is
+    # only computed for the page's rows
     rows = _rows(
         pool,
         "SELECT e.entity_key, e.display_name, e.entity_type, e.created_at, "
@@ -208,7 +211,7 @@ def list_entities(pool: ConnectionPool, agent_id: str, page: PageParams,
         f"{active} AS active_facts, e.profile_text AS profile, "
         "e.profile_method, e.profile_refreshed_at "
         "FROM mem_entities e WHERE e.agent_id = %(a)s AND e.merged_into IS NULL "
-        f"AND e.entity_key > %(c)s{'' if metadata is None else f' AND {active} > 0'} "
+        f"AND e.entity_key > %(c)s{'' if metadata is None else f' AND EXISTS (SELECT 1 {about})'} "
         "ORDER BY e.entity_key LIMIT %(n)s",
         params,
     )
