@@ -41,21 +41,28 @@ class EntityQuery(PageParams, _Metadata):
     """A page of entities plus ``metadata``."""
 
 
+def parse_filter(raw: str) -> dict[str, Any]:
+    """The filter tree a JSON text spells; ``ValueError`` saying why when it is not JSON, not
+    an object, nested past the decoder's recursion, or not a valid tree."""
+    try:
+        tree = json.loads(raw)
+    except RecursionError:  # [[[[… deeper than the decoder recurses
+        raise ValueError("nested too deeply") from None
+    if not isinstance(tree, dict):
+        raise ValueError("a filter is a JSON object")
+    MetadataFilter(tree)  # JSONDecodeError above and a bad tree here are ValueErrors
+    return tree
+
+
 def split(query: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """The query's other fields, and its metadata filter tree (``None`` without one); a bad
     filter is the 422 FastAPI gives for a bad query parameter."""
     fields = query.model_dump(exclude={"metadata"})
-    raw = query.metadata
-    if raw is None:
+    if query.metadata is None:
         return fields, None
     try:
-        tree = json.loads(raw)
-        if not isinstance(tree, dict):
-            raise ValueError("a filter is a JSON object")
-        MetadataFilter(tree)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError; [[[[… recurses
-        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        return fields, parse_filter(query.metadata)
+    except ValueError as exc:
         raise RequestValidationError(
-            [{"loc": ("query", "metadata"), "msg": f"metadata: {why}", "type": "value_error"}]
+            [{"loc": ("query", "metadata"), "msg": f"metadata: {exc}", "type": "value_error"}]
         ) from None
-    return fields, tree

@@ -508,3 +508,29 @@ async def test_lineage_after_a_reprocess_shows_the_output_each_fact_came_from(pg
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
     assert "Rui lives in Lisbon" in shown["Rui lives in Lisbon"] and "Porto" not in shown["Rui lives in Lisbon"]
     assert "Rui lives in Porto" in shown["Rui lives in Porto"] and "Lisbon" not in shown["Rui lives in Porto"]
+
+
+async def test_facts_page_filters_by_metadata_and_echoes_it_inert(ui_memory: Memory) -> None:
+    """The facts page takes the metadata filter every list takes (issue 24): in SQL (the demo's
+    turns carry no metadata, so a value matches nothing and its negation everything), echoed
+    escaped in its input and in the pager; a bad or hostile filter is a 400 page, inert."""
+    import html
+    from urllib.parse import quote
+
+    a = f"/ui/agents/{AGENT}"
+    every = ui_memory.list_facts(AGENT).items
+    async with _client(create_app(ui_memory)) as c:
+        none = await c.get(a + "?metadata=" + quote('{"channel": "slack"}'))
+        assert none.status_code == 200 and "No facts." in none.text
+        assert 'value="{&#34;channel&#34;: &#34;slack&#34;}"' in none.text or \
+            'value="{&quot;channel&quot;: &quot;slack&quot;}"' in none.text, none.text[:2000]
+        kept = await c.get(a + "?metadata=" + quote('{"NOT": [{"channel": "slack"}]}'))
+        assert kept.status_code == 200
+        shown = [html.unescape(t) for t in re.findall(r'<tr><td><bdi class="ut">([^<]*)</bdi></td>', kept.text)]
+        assert every and sorted(shown) == sorted(f.text for f in every)
+        for bad in ("{oops", '{"channel": {"like": "s"}}', '"<script>alert(1)</script>"',
+                    '{"<img src=x onerror=alert(1)>": {"bogus": 1}}', "[" * 990 + "]" * 990):
+            r = await c.get(a + "?metadata=" + quote(bad))
+            assert r.status_code == 400, (bad[:40], r.status_code)
+            assert "metadata" in r.text and "<script>alert" not in r.text and "<img src=x" not in r.text
+            assert "Traceback" not in r.text

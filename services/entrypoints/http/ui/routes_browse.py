@@ -9,6 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
+from engramdb.services.entrypoints.http.metadata_query import parse_filter
 from engramdb.services.entrypoints.http.ui.calls import UIError, call, instant, may, need
 from engramdb.services.entrypoints.http.ui.graph_svg import layout
 from engramdb.services.entrypoints.http.ui.render import page
@@ -59,6 +60,7 @@ async def agent_facts(
     status: Text = None,
     text: Text = None,
     valid_at: Text = None,
+    metadata: Cursor = None,
     cursor: Cursor = None,
 ) -> HTMLResponse:
     need(request, "read", agent_id)
@@ -67,14 +69,19 @@ async def agent_facts(
     if status and status not in STATUSES:
         raise UIError(400, f"status must be one of {', '.join(STATUSES)}")
     valid = instant(valid_at, "valid_at")
+    try:  # the source turns' metadata, the tree every list takes (issue 24)
+        tree = parse_filter(metadata) if metadata else None
+    except ValueError as exc:
+        raise UIError(400, f"metadata: {exc}") from None
     facts = await call(request, lambda m: m.list_facts(
         agent_id, status=status or None, entity=entity or None,  # type: ignore[arg-type]
         session=session or None, speaker=speaker or None, valid_at=valid, text=text or None,
-        limit=50, cursor=cursor,
+        limit=50, cursor=cursor, metadata=tree,
     ))
     overview = await call(request, lambda m: m.agent_overview(agent_id))
     filters = {"entity": entity or "", "session": session or "", "speaker": speaker or "",
-               "status": status or "", "text": text or "", "valid_at": valid_at or ""}
+               "status": status or "", "text": text or "", "valid_at": valid_at or "",
+               "metadata": metadata or ""}
     return page(request, "agent_facts.html", title=f"Agent {agent_id}", agent_id=agent_id,
                 tab="facts", facts=facts.items, next_cursor=facts.next_cursor, overview=overview,
                 filters=filters, statuses=STATUSES, can_forget=may(request, "admin", agent_id))
