@@ -22,6 +22,7 @@ from test_retrieve_support import EMBEDDER, T0, Store, load_worked_examples, sto
 
 from engramdb.services.entrypoints.http.api import create_app, export_openapi
 from engramdb.services.entrypoints.nats.retrieve import create_retrieve_broker, request_retrieve
+from engramdb.services.management.metadata_filter import MetadataFilter
 from engramdb.services.management.models import FactFilter
 from engramdb.services.management.queries import list_facts
 from engramdb.services.retrieve import Retriever, RetrieveRequest
@@ -45,8 +46,9 @@ class ReadModelMemory:
                 " ORDER BY fact_id", {"a": agent_id, "t": as_of}).fetchall()
         return [{"fact_id": r[0], "text": r[1]} for r in rows]
 
-    def list_facts(self, agent_id: str, **filters: Any) -> Any:
-        return list_facts(self.store.pool, agent_id, FactFilter(**filters))
+    def list_facts(self, agent_id: str, metadata: dict[str, Any] | None = None, **filters: Any) -> Any:
+        tree = None if metadata is None else MetadataFilter(metadata)  # as Memory.list_facts
+        return list_facts(self.store.pool, agent_id, FactFilter(**filters), tree)
 
     def history(self, agent_id: str, fact_id: str | None = None) -> list[dict[str, Any]]:
         with self.store.pool.connection() as conn:
