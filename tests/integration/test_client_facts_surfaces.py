@@ -27,6 +27,7 @@ from engramdb.services.entrypoints.nats.manage import register_manage, request_m
 from engramdb.services.entrypoints.nats.publisher import publish_message_async
 from engramdb.services.memory.facade import Memory
 from engramdb.services.write.messages import ConversationMessage
+from tests.support.cli_env import point_cli_at
 
 
 @pytest.fixture
@@ -128,11 +129,7 @@ async def test_mcp(memory: Memory, agent_id: str) -> None:
 @pytest.fixture
 def cli_env(monkeypatch: pytest.MonkeyPatch, pg_url: str, fresh_schema: Any) -> str:
     schema, _env = fresh_schema("cfcli")
-    monkeypatch.setenv("ENGRAMDB_DATABASE_URL", pg_url)
-    monkeypatch.setenv("ENGRAMDB_DB_SCHEMA", schema)
-    monkeypatch.setenv("ENGRAMDB_EMBEDDING_MODEL", "hash-bow-384")
-    monkeypatch.delenv("ENGRAMDB_LLM_API_KEY", raising=False)
-    monkeypatch.delenv("ENGRAMDB_LLM_BASE_URL", raising=False)
+    point_cli_at(monkeypatch, pg_url, schema)
     return schema
 
 

@@ -29,6 +29,7 @@ from engramdb.services.entrypoints.mcp.server import build_server
 from engramdb.services.entrypoints.nats.manage import register_manage, request_manage
 from engramdb.services.extraction.llm_extractor import LLMExtractor
 from engramdb.services.memory.facade import Memory
+from tests.support.cli_env import point_cli_at
 
 LOOSE = {"min_score": 0.0, "min_similarity": 0.0, "min_confidence": 0.0}
 
@@ -187,11 +188,7 @@ async def test_every_surface_lists_directives_and_emotion(memory: Memory, agent_
 
 def test_cli_lists_directives(monkeypatch: pytest.MonkeyPatch, pg_url: str, fresh_schema: Any, agent_id: str) -> None:
     schema, _env = fresh_schema("mindcli")
-    monkeypatch.setenv("ENGRAMDB_DATABASE_URL", pg_url)
-    monkeypatch.setenv("ENGRAMDB_DB_SCHEMA", schema)
-    monkeypatch.setenv("ENGRAMDB_EMBEDDING_MODEL", "hash-bow-384")
-    monkeypatch.delenv("ENGRAMDB_LLM_API_KEY", raising=False)
-    monkeypatch.delenv("ENGRAMDB_LLM_BASE_URL", raising=False)
+    point_cli_at(monkeypatch, pg_url, schema)
     runner = CliRunner()
     assert runner.invoke(cli_app, ["write", "--agent", agent_id, "--speaker", "Ana", "Nunca use emojis."]).exit_code == 0
     assert runner.invoke(cli_app, ["write", "--agent", agent_id, "--speaker", "Ana", "Eu moro em Recife."]).exit_code == 0

@@ -20,6 +20,7 @@ from engramdb.services.entrypoints.cli.main import app as cli_app
 from engramdb.services.entrypoints.http.api import create_app
 from engramdb.services.entrypoints.nats.manage import register_manage, request_manage
 from engramdb.services.memory.facade import Memory
+from tests.support.cli_env import point_cli_at
 
 SLACK = {"channel": "slack"}
 TURNS = (("m1", "Ana", "I live in Recife.", {"channel": "slack"}),
@@ -116,11 +117,7 @@ def test_cli_lists_take_metadata(seeded: tuple[Memory, str], agent_id: str, pg_u
                                  monkeypatch: pytest.MonkeyPatch) -> None:
     memory, schema = seeded
     want = _expected(memory, agent_id)
-    monkeypatch.setenv("ENGRAMDB_DATABASE_URL", pg_url)
-    monkeypatch.setenv("ENGRAMDB_DB_SCHEMA", schema)
-    monkeypatch.setenv("ENGRAMDB_EMBEDDING_MODEL", "hash-bow-384")
-    monkeypatch.delenv("ENGRAMDB_LLM_API_KEY", raising=False)
-    monkeypatch.delenv("ENGRAMDB_LLM_BASE_URL", raising=False)
+    point_cli_at(monkeypatch, pg_url, schema)
     runner = CliRunner()
     got: dict[str, Any] = {}
     for command, kind, key in (("list-facts", "facts", "fact_id"), ("list-messages", "messages", "message_id"),

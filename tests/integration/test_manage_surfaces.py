@@ -21,6 +21,7 @@ from engramdb.services.entrypoints.cli.main import app as cli_app
 from engramdb.services.entrypoints.http.api import create_app
 from engramdb.services.entrypoints.nats.manage import register_manage, request_manage
 from engramdb.services.memory.facade import Memory
+from tests.support.cli_env import point_cli_at
 
 
 @pytest.fixture
@@ -162,11 +163,7 @@ async def test_nats_manage_request_reply(memory: Memory, agent_id: str, nats_url
 @pytest.fixture
 def cli_env(monkeypatch: pytest.MonkeyPatch, pg_url: str, fresh_schema: Any) -> str:
     schema, _env = fresh_schema("mcli")
-    monkeypatch.setenv("ENGRAMDB_DATABASE_URL", pg_url)
-    monkeypatch.setenv("ENGRAMDB_DB_SCHEMA", schema)
-    monkeypatch.setenv("ENGRAMDB_EMBEDDING_MODEL", "hash-bow-384")
-    monkeypatch.delenv("ENGRAMDB_LLM_API_KEY", raising=False)
-    monkeypatch.delenv("ENGRAMDB_LLM_BASE_URL", raising=False)
+    point_cli_at(monkeypatch, pg_url, schema)
     return schema
 
 
