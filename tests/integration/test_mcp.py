@@ -106,6 +106,17 @@ async def _exercise_tools(client: Client, agent: str) -> None:
 
     bad = await client.call_tool("list_facts", {"agent_id": "no spaces allowed"})
     assert bad.is_error and "agent_id" in bad.content[0].text  # the SDK checks the schema
+
+    # a turn written with tags: the facts drawn from it carry them, and both reads narrow by them
+    tagged = _data(await client.call_tool("write", {"agent_id": agent, "text": "I play the cello.", "speaker": "Rita",
+                                                    "metadata": {"channel": "slack"}}))
+    cello = next(d["fact_id"] for d in tagged["decisions"] if d["kind"] == "ADD")
+    slack = _data(await client.call_tool("list_facts", {"agent_id": agent, "metadata": {"channel": "slack"}}))
+    assert [f["fact_id"] for f in slack["items"]] == [cello] and slack["items"][0]["metadata"] == {"channel": "slack"}
+    for channel, seen in (("slack", True), ("email", False)):
+        found = _data(await client.call_tool("retrieve", {"agent_id": agent, "query": "Does Rita play the cello?",
+                                                          "metadata": {"channel": channel}}))
+        assert (cello in [f["fact_id"] for f in found["facts"]]) is seen, (channel, found)
     unknown = await client.call_tool("get_fact", {"agent_id": agent, "fact_id": "nope"})
     assert unknown.is_error and unknown.content[0].text.endswith(f"agent {agent!r} has no fact 'nope'")
     stale = await client.call_tool("delete_fact", {"agent_id": agent, "fact_id": fact_id})

@@ -141,6 +141,8 @@ def _add_write_tools(server: MCPServer[Any], keyring: KeyRing | None, wait_timeo
         infer: Annotated[
             bool, Field(description="false: store the turn only, extract nothing (use add_facts)")
         ] = True,
+        metadata: Annotated[dict[str, Any] | None, Field(
+            description='tags of the turn, e.g. {"channel": "slack"}; retrieve and list_facts filter by them')] = None,
     ) -> WriteResult:
         """Remember one conversation turn. Call it with each user message that may hold
         something worth keeping (who they are, preferences, plans, corrections such as "I
@@ -152,7 +154,7 @@ def _add_write_tools(server: MCPServer[Any], keyring: KeyRing | None, wait_timeo
         def run() -> WriteResult:
             result: WriteResult = m.write(
                 agent_id, text, speaker=speaker, session_id=session_id, message_id=message_id,
-                dry_run=dry_run, infer=infer,
+                dry_run=dry_run, infer=infer, metadata=metadata,
             )
             if not dry_run:
                 m.wait_for_projections(result.position, timeout=wait_timeout, agent_id=agent_id)
