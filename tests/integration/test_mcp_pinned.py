@@ -94,8 +94,8 @@ async def test_stdio_server_pinned_to_one_agent(pg_url, fresh_schema, tmp_path) 
         # unknown arguments: refused, named, with what the tool does take
         top_k = _error(await client.call_tool("retrieve", {"query": "x", "top_k": 1}))
         assert "unknown argument(s) 'top_k'" in top_k and "query" in top_k
-        meta = _error(await client.call_tool("write", {"text": "x", "metadata": {"a": 1}}))
-        assert "'metadata'" in meta
+        tags = _error(await client.call_tool("write", {"text": "x", "tags": {"a": 1}}))
+        assert "'tags'" in tags and "metadata" in tags  # named, with what write does take
     with _open(env) as memory:
         still = memory.get_fact("bo", other_fact)
         assert still.status == "active" and "4321" in still.text
