@@ -288,3 +288,34 @@ async def test_http_webhook_routes(memory: Memory) -> None:
         assert [h["webhook_id"] for h in listed] == [hook] and listed[0]["secret"] is None
         assert (await c.delete(f"/v1/webhooks/{hook}")).status_code == 200
         assert (await c.delete(f"/v1/webhooks/{hook}")).status_code == 404
+
+
+def test_the_dead_letter_stream_is_kept_as_long_as_the_setting_says(nats_url: str) -> None:
+    """Webhook dead letters hold changes (fact text) no receiver took: bounded like the ingest
+    dead letters (``ENGRAMDB_NATS_DEADLETTER_MAX_AGE_DAYS``, default 30), and a dispatcher
+    started with another age brings an existing stream to it (0 = forever)."""
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+
+    async def age() -> float:
+        nc = await nats.connect(nats_url)
+        try:
+            return float((await nc.jetstream().stream_info(dead_stream_name(prefix))).config.max_age or 0)
+        finally:
+            await nc.close()
+
+    for given, expected in ((None, load_settings().nats_deadletter_max_age_days * 86400.0),
+                            (3600.0, 3600.0), (0.0, 0.0)):
+        dispatcher = WebhookDispatcher([], nats_url, prefix, dead_max_age=given, refresh_sec=0.2).start()
+        try:
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    got = asyncio.run(age())
+                except Exception:  # noqa: BLE001 - not declared yet
+                    got = -1.0
+                if got == expected or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+        finally:
+            dispatcher.stop()
+        assert got == expected, (given, got)

@@ -53,7 +53,7 @@ from nats.js.errors import NotFoundError
 from engramdb.services.entrypoints.nats.changes import changes_stream_name
 from engramdb.services.entrypoints.nats.loop_thread import LoopThread
 from engramdb.services.management.webhooks import Webhook
-from engramdb.services.write.messages import DEFAULT_PREFIX
+from engramdb.services.write.messages import DEFAULT_PREFIX, deadletter_max_age
 
 log = logging.getLogger(__name__)
 CONSUMER_PREFIX = "webhook-"
@@ -101,8 +101,11 @@ class WebhookDispatcher(LoopThread):
     def __init__(self, hooks: list[Webhook] | Callable[[], list[Webhook]], nats_url: str,
                  prefix: str = DEFAULT_PREFIX, *, backoff: float = 1.0, max_backoff: float = 60.0,
                  timeout: float = 5.0, ack_wait: float = 30.0, refresh_sec: float = 2.0,
-                 on_stats: StatsSink | None = None) -> None:
+                 on_stats: StatsSink | None = None, dead_max_age: float | None = None) -> None:
+        """``dead_max_age``: seconds a dead letter is kept (default the dead-letter streams'
+        ``ENGRAMDB_NATS_DEADLETTER_MAX_AGE_DAYS``, 30 days; 0 = forever)."""
         super().__init__()
+        self.dead_max_age = deadletter_max_age() if dead_max_age is None else max(0.0, float(dead_max_age))
         self._load: Callable[[], list[Webhook]] = hooks if callable(hooks) else (lambda: list(hooks))
         self._follows_registry = callable(hooks)
         self.nats_url, self.prefix = nats_url, prefix
@@ -130,11 +133,7 @@ class WebhookDispatcher(LoopThread):
                 await asyncio.sleep(1.0)
 
     async def _dispatch(self, js: Any) -> None:
-        try:
-            await js.stream_info(dead_stream_name(self.prefix))
-        except NotFoundError:
-            await js.add_stream(config=StreamConfig(
-                name=dead_stream_name(self.prefix), subjects=[f"{self.prefix}.webhooks.dead.>"]))
+        await self._declare_dead_stream(js)
         tasks: dict[str, asyncio.Task[None]] = {}
         first = True
         async with httpx.AsyncClient(timeout=self.timeout, follow_redirects=False) as http:
@@ -151,6 +150,21 @@ class WebhookDispatcher(LoopThread):
                     task.cancel()
                 await asyncio.gather(*tasks.values(), return_exceptions=True)
                 await self._report(js)
+
+    async def _declare_dead_stream(self, js: Any) -> None:
+        """The dead-letter stream of the deliveries, kept ``dead_max_age`` seconds (a letter is
+        a change — fact text of the agent — that no receiver took; 0 = forever). An existing
+        stream is brought to the current age, so changing the setting takes effect."""
+        config = StreamConfig(name=dead_stream_name(self.prefix), subjects=[f"{self.prefix}.webhooks.dead.>"],
+                              max_age=self.dead_max_age)
+        try:
+            info = await js.stream_info(config.name)
+        except NotFoundError:
+            await js.add_stream(config=config)
+            return
+        if float(info.config.max_age or 0) != float(self.dead_max_age):
+            info.config.max_age = self.dead_max_age
+            await js.update_stream(config=info.config)
 
     async def _refresh(self, js: Any, http: httpx.AsyncClient, tasks: dict[str, asyncio.Task[None]],
                        first: bool) -> None:
