@@ -69,7 +69,8 @@ def load_agent(
 
     ``sessions`` > 0 (the filtered-retrieve bench, ``bench/latency/filtered.py``): turn ``j``
     is in session ``s{j % sessions}`` with metadata ``{"channel": slack|email, "tier":
-    gold (1 in 50)|std}``, fact ``i``'s source is turn ``i // 2``, and message ids are unique
+    gold (1 in 50, every 50th turn: all in two sessions)|std, "region": eu (~1 in 50, spread
+    over every session)|us}``, fact ``i``'s source is turn ``i // 2``, and message ids are unique
     across agents (as real ones are). 0: the corpus every other bench loads, unchanged."""
     from pgvector.psycopg import register_vector
 
@@ -205,11 +206,18 @@ def load_agent(
                 ]
                 if sessions:
                     row.append(Jsonb({"channel": "slack" if i % 2 else "email",
-                                      "tier": "gold" if i % 50 == 7 else "std"}))
+                                      "tier": "gold" if i % 50 == 7 else "std",
+                                      "region": "eu" if _spread(i) < 0.02 else "us"}))
                 if has_record:
                     row.append(uuid.uuid4())
                 cp.write_row(row)
     return names
+
+
+def _spread(i: int) -> float:
+    """A uniform number in [0, 1) fixed by ``i`` and not periodic in it (a multiplicative hash):
+    a share of turns spread over every session, unlike ``i % 50``, which lands in two."""
+    return ((i * 2654435761) % 2**32) / 2**32
 
 
 def load_schema(

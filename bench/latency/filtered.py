@@ -13,7 +13,9 @@ Contenders, interleaved in every run (the order rotates), same queries, same pro
 - ``session``: narrowed to one session of ``--sessions`` (a different one per query; ~1 % of
   the turns — selective: exact nearest rows over the passing rows);
 - ``metadata-broad``: ``{"channel": "slack"}`` (half of the turns — the per-row probe, HNSW);
-- ``metadata-rare``: ``{"tier": "gold"}`` (2 % of the turns, through the metadata GIN index);
+- ``metadata-rare``: ``{"tier": "gold"}`` (2 % of the turns, through the metadata GIN index; all
+  of them in two sessions);
+- ``metadata-rare-spread``: ``{"region": "eu"}`` (~2 % of the turns, spread over every session);
 - ``session+metadata``: one session AND ``{"channel": "slack"}``.
 
 Printed: each contender's median over runs of p50 / p95 (ms) and the median over runs of its
@@ -55,6 +57,7 @@ def contenders(sessions: int) -> dict[str, Within]:
         "session": lambda i: RetrieveFilter.of(f"s{(i * 37) % sessions}"),
         "metadata-broad": lambda i: RetrieveFilter.of(metadata={"channel": "slack"}),
         "metadata-rare": lambda i: RetrieveFilter.of(metadata={"tier": "gold"}),
+        "metadata-rare-spread": lambda i: RetrieveFilter.of(metadata={"region": "eu"}),
         "session+metadata": lambda i: RetrieveFilter.of(f"s{(i * 37) % sessions}", {"channel": "slack"}),
     }
 
@@ -132,10 +135,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f"\nfiltered vs unfiltered retrieve, {args.size} facts ({args.sessions} sessions, "
                   f"+{args.fillers} agents of 1k), {args.runs} runs x {args.queries} queries, "
                   f"{'WITH' if embedder.model is not None else 'without'} the query embedding")
-            print(f"{'contender':<18} {'p50 ms':>8} {'p95 ms':>8} {'x unfiltered p50':>17} {'empty':>6}  p50 per run")
+            print(f"{'contender':<21} {'p50 ms':>8} {'p95 ms':>8} {'x unfiltered p50':>17} {'empty':>6}  p50 per run")
             for label, s in got.items():
                 runs_txt = " ".join(f"{v:.1f}" for v in s["p50_runs"])
-                print(f"{label:<18} {s['p50']:8.1f} {s['p95']:8.1f} {s['ratio_p50']:17.2f} "
+                print(f"{label:<21} {s['p50']:8.1f} {s['p95']:8.1f} {s['ratio_p50']:17.2f} "
                       f"{s['empty']:6.1f}  {runs_txt}")
             print(f"{before} before, {load_text()} after")
             retriever.close()

@@ -183,3 +183,38 @@ def test_schema_setup_drops_a_retired_index(fresh_schema: Any, pg_url: str) -> N
             "SELECT indexname FROM pg_indexes WHERE schemaname = %s AND tablename = 'mem_messages'",
             (schema,)).fetchall()}
     assert "mem_messages_session" not in names and "mem_messages_session_order" in names, names
+
+
+def test_vectors_stay_in_the_row(fresh_schema: Any, pg_url: str) -> None:
+    """``VECTOR_STORAGE``: a turn with a paragraph of text keeps its embedding in the row (its
+    text goes to TOAST instead), so a distance computed from the row reads no TOAST pages; a
+    table made before (pgvector's EXTERNAL) is set to MAIN at the next schema setup."""
+    import random
+    import string
+
+    from engramdb.services.memory.facade import Memory
+
+    schema, env = fresh_schema("vstore")
+    words = " ".join("".join(random.choices(string.ascii_lowercase, k=7)) for _ in range(150))
+    with Memory.open(env=env, embedder=HashEmbedder(384), llm=None, quiet=True) as memory:
+        memory.write("vs-agent", "I live in Recife. " + words, speaker="Ana")
+        memory.wait_for_projections()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'SET search_path TO "{schema}", public')
+        storage = dict(conn.execute(
+            "SELECT c.relname, a.attstorage FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+            "WHERE c.relnamespace = %s::regnamespace AND a.attname = 'embedding' "
+            "AND c.relname IN ('mem_messages', 'mem_facts')", (schema,)).fetchall())
+        assert storage == {"mem_messages": "m", "mem_facts": "m"}, storage
+        row = conn.execute("SELECT pg_column_toast_chunk_id(embedding), pg_column_size(embedding),"
+                           " pg_column_toast_chunk_id(text) FROM mem_messages").fetchone()
+        assert row is not None and row[0] is None and row[1] >= 384 * 4, row  # the vector: in the row
+        assert row[2] is not None  # the ~1.2 KB of text moved out instead
+        conn.execute("ALTER TABLE mem_messages ALTER COLUMN embedding SET STORAGE EXTERNAL")
+    with Memory.open(env=env, embedder=HashEmbedder(384), llm=None, quiet=True):
+        pass
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        again = conn.execute(
+            "SELECT a.attstorage FROM pg_attribute a WHERE a.attrelid = %s::regclass AND a.attname = 'embedding'",
+            (f'"{schema}".mem_messages',)).fetchone()
+    assert again == ("m",)
