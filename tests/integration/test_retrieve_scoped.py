@@ -338,3 +338,38 @@ def test_a_known_number_of_turns_spares_the_count(memory: Memory, agent_id: str,
         kept = scope_module.BroadVerdicts()
         assert kept.probe(conn, agent_id, slack) is not None
         assert kept._turns[agent_id][1] == 4  # the count is kept as the agent's lower bound
+
+
+def test_a_narrowed_neighbour_walk_finds_the_first_passing_turns_in_order(
+        fresh_schema: Any, agent_id: str) -> None:
+    """``tail_lists.neighbours`` under a narrowing (the walk in index order, ``index_order_only``):
+    the ``span`` passing turns said just before and after each anchor in its session, in order,
+    also at the session's edges. Checked against the turns listed in Python: passing ones rare
+    and spread, passing ones clustered."""
+    from engramdb.services.retrieve import tail_lists
+
+    _schema, env = fresh_schema("nbwalk")
+    with Memory.open(env=env, embedder=HashEmbedder(384), llm=None, quiet=True) as mem:
+        for i in range(60):
+            meta = {"rare": "yes" if i % 11 == 3 else "no", "half": "yes" if (i // 5) % 2 else "no"}
+            mem.write(agent_id, f"turn number {i} about topic {i % 7}", speaker="Ana",
+                      session_id=f"s{i % 2}", message_id=f"m{i:02d}", metadata=meta, infer=False)
+        mem.wait_for_projections()
+        turns = sorted(mem.list_messages(agent_id, limit=100).items, key=lambda t: (t.occurred_at, t.message_id))
+        anchors = ["m00", "m13", "m30", "m47", "m59"]
+        with mem.cell(agent_id).pool.connection() as conn:
+            for tree in ({"rare": "yes"}, {"half": "yes"}):
+                scope = narrowing(RetrieveFilter.of(metadata=tree))
+                for span in (1, 2, 3):
+                    got = tail_lists.neighbours(conn, agent_id, anchors, span, None, scope=scope)
+                    expected = []
+                    for anchor in anchors:
+                        a = next(t for t in turns if t.message_id == anchor)
+                        same = [t for t in turns if t.session_id == a.session_id
+                                and all(t.metadata.get(k) == v for k, v in tree.items())]
+                        before = [t for t in same if (t.occurred_at, t.message_id) < (a.occurred_at, a.message_id)]
+                        after = [t for t in same if (t.occurred_at, t.message_id) > (a.occurred_at, a.message_id)]
+                        expected += [(anchor, t.message_id, -k) for k, t in enumerate(reversed(before[-span:]), 1)]
+                        expected += [(anchor, t.message_id, k) for k, t in enumerate(after[:span], 1)]
+                    pairs = sorted((p[0], p[1], p[2]) for p in got.pairs)
+                    assert pairs == sorted(expected), (tree, span)
