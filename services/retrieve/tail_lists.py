@@ -182,18 +182,11 @@ def neighbours(
     second round trip for them sat on the call's serial path."""
     if not anchors or span <= 0:
         return Neighbours()
-    visible = message_visibility(as_of, "n", scope)
-    side = """
-        SELECT a.message_id AS anchor, {sign} * x.k AS k, x.*
-          FROM a, LATERAL (
-            SELECT {row}, coalesce(lower(n.speaker) = ANY(%(speakers)s::text[]), false) AS named,
-                   row_number() OVER (ORDER BY n.occurred_at {o}, n.recorded_at {o}, n.message_id {o}) AS k
-              FROM mem_messages n
-             WHERE n.agent_id = %(a)s AND n.session_id = a.session_id
-               AND (n.occurred_at, n.recorded_at, n.message_id) {cmp} (a.occurred_at, a.recorded_at, a.message_id)
-               AND {visible}
-             ORDER BY n.occurred_at {o}, n.recorded_at {o}, n.message_id {o}
-             LIMIT %(walk)s) x"""
+    listed = scope.listed_turns() if scope is not None else None
+    if listed is not None:
+        side, visible = _LISTED_SIDE, message_visibility(as_of, "i", listed)
+    else:
+        side, visible = _SIDE, message_visibility(as_of, "n", scope)
     row = turn_row("n")
     # narrowed: the walk in the index's order, never a bitmap of the filter + a sort (see
     # ``index_order_only``); unnarrowed, the statement and its plans are as before
@@ -204,6 +197,39 @@ def neighbours(
         out.pairs.append((str(anchor), str(turn[0]), int(offset), bool(named)))
         out.rows[str(turn[0])] = tuple(turn)
     return out
+
+
+# one side of an anchor's walk: the ``walk`` visible turns next to it in its session, in order
+_SIDE = """
+        SELECT a.message_id AS anchor, {sign} * x.k AS k, x.*
+          FROM a, LATERAL (
+            SELECT {row}, coalesce(lower(n.speaker) = ANY(%(speakers)s::text[]), false) AS named,
+                   row_number() OVER (ORDER BY n.occurred_at {o}, n.recorded_at {o}, n.message_id {o}) AS k
+              FROM mem_messages n
+             WHERE n.agent_id = %(a)s AND n.session_id = a.session_id
+               AND (n.occurred_at, n.recorded_at, n.message_id) {cmp} (a.occurred_at, a.recorded_at, a.message_id)
+               AND {visible}
+             ORDER BY n.occurred_at {o}, n.recorded_at {o}, n.message_id {o}
+             LIMIT %(walk)s) x"""
+
+# ``_SIDE`` under a narrowing whose passing turns are listed (``Narrowing.listed_turns``): the
+# walk ``i`` reads only columns of the session-order index (its key, the visibility's and
+# the listed ids' test), so it is an index-only scan that passes over the turns left out
+# without reading their rows; the ``walk`` turns it keeps are then read by primary key.
+# Same rows and order as ``_SIDE`` with the turn predicate: the list is the passing turns.
+_LISTED_SIDE = """
+        SELECT a.message_id AS anchor, {sign} * w.k AS k, {row},
+               coalesce(lower(n.speaker) = ANY(%(speakers)s::text[]), false) AS named, w.k
+          FROM a, LATERAL (
+            SELECT kept.message_id,
+                   row_number() OVER (ORDER BY kept.occurred_at {o}, kept.recorded_at {o}, kept.message_id {o}) AS k
+              FROM (SELECT i.message_id, i.occurred_at, i.recorded_at FROM mem_messages i
+                     WHERE i.agent_id = %(a)s AND i.session_id = a.session_id
+                       AND (i.occurred_at, i.recorded_at, i.message_id) {cmp} (a.occurred_at, a.recorded_at, a.message_id)
+                       AND {visible}
+                     ORDER BY i.occurred_at {o}, i.recorded_at {o}, i.message_id {o}
+                     LIMIT %(walk)s) kept) w
+          JOIN mem_messages n ON n.agent_id = %(a)s AND n.message_id = w.message_id"""
 
 
 def _neighbour_rows(conn: Any, side: str, visible: str, row: str, agent_id: str, anchors: Sequence[str],

@@ -10,6 +10,7 @@ call sends exactly the statements it sent before (no predicate at all).
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import psycopg
@@ -341,7 +342,7 @@ def test_a_known_number_of_turns_spares_the_count(memory: Memory, agent_id: str,
 
 
 def test_a_narrowed_neighbour_walk_finds_the_first_passing_turns_in_order(
-        fresh_schema: Any, agent_id: str) -> None:
+        fresh_schema: Any, agent_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """``tail_lists.neighbours`` under a narrowing (the walk in index order, ``index_order_only``):
     the ``span`` passing turns said just before and after each anchor in its session, in order,
     also at the session's edges. Checked against the turns listed in Python: passing ones rare
@@ -359,8 +360,11 @@ def test_a_narrowed_neighbour_walk_finds_the_first_passing_turns_in_order(
         anchors = ["m00", "m13", "m30", "m47", "m59"]
         with mem.cell(agent_id).pool.connection() as conn:
             for tree in ({"rare": "yes"}, {"half": "yes"}):
-                scope = narrowing(RetrieveFilter.of(metadata=tree))
-                for span in (1, 2, 3):
+                compiled = narrowing(RetrieveFilter.of(metadata=tree))
+                # probed as selective, the passing turns listed: the index-only walk (ADR-0047)
+                listed = probe(conn, agent_id, compiled, cap=1000, share=1.0)
+                assert listed is not None and listed.listed_turns() is not None
+                for scope, span in itertools.product((compiled, listed), (1, 2, 3)):
                     got = tail_lists.neighbours(conn, agent_id, anchors, span, None, scope=scope)
                     expected = []
                     for anchor in anchors:
@@ -372,4 +376,9 @@ def test_a_narrowed_neighbour_walk_finds_the_first_passing_turns_in_order(
                         expected += [(anchor, t.message_id, -k) for k, t in enumerate(reversed(before[-span:]), 1)]
                         expected += [(anchor, t.message_id, k) for k, t in enumerate(after[:span], 1)]
                     pairs = sorted((p[0], p[1], p[2]) for p in got.pairs)
-                    assert pairs == sorted(expected), (tree, span)
+                    assert pairs == sorted(expected), (tree, span, scope.selective)
+                    assert {p[1] for p in got.pairs} == set(got.rows), "each neighbour comes with its row"
+            # passing turns dense in their sessions (here: more than 1 a session) are not listed
+            monkeypatch.setattr(scope_module, "LISTED_WALK_PER_SESSION", 1)
+            dense = probe(conn, agent_id, narrowing(RetrieveFilter.of(metadata={"half": "yes"})), cap=1000, share=1.0)
+            assert dense is not None and dense.selective and dense.listed_turns() is None
