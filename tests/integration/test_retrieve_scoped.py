@@ -11,6 +11,7 @@ call sends exactly the statements it sent before (no predicate at all).
 from __future__ import annotations
 
 import itertools
+import re
 from typing import Any
 
 import psycopg
@@ -378,7 +379,42 @@ def test_a_narrowed_neighbour_walk_finds_the_first_passing_turns_in_order(
                     pairs = sorted((p[0], p[1], p[2]) for p in got.pairs)
                     assert pairs == sorted(expected), (tree, span, scope.selective)
                     assert {p[1] for p in got.pairs} == set(got.rows), "each neighbour comes with its row"
+            _listed_walk_is_index_only(conn, agent_id, anchors, listed)
             # passing turns dense in their sessions (here: more than 1 a session) are not listed
             monkeypatch.setattr(scope_module, "LISTED_WALK_PER_SESSION", 1)
             dense = probe(conn, agent_id, narrowing(RetrieveFilter.of(metadata={"half": "yes"})), cap=1000, share=1.0)
             assert dense is not None and dense.selective and dense.listed_turns() is None
+
+
+def _listed_walk_is_index_only(conn: Any, agent_id: str, anchors: list[str], listed: Any) -> None:
+    """The statement the listed walk sends tests only columns of the session-order index: with
+    sequential scans off (a 60-turn table is otherwise read whole), its walks are index-only
+    scans of it — the rows left out are never read (ADR-0047)."""
+    from engramdb.services.retrieve import tail_lists
+
+    sent: list[tuple[str, Any]] = []
+
+    class Recording:
+        def execute(self, statement: str, params: Any = None) -> Any:
+            if statement.startswith("WITH a AS"):
+                sent.append((statement, params))
+            return conn.execute(statement, params)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(conn, name)
+
+    was = conn.autocommit
+    conn.commit()
+    conn.autocommit = True
+    conn.execute("VACUUM mem_messages")  # an index-only scan's plan counts the visible pages
+    conn.autocommit = was
+    with conn.transaction():
+        tail_lists.neighbours(Recording(), agent_id, anchors, 2, None, scope=listed)
+        statement, params = sent[-1]
+        conn.execute("SET LOCAL enable_seqscan = off")
+        conn.execute("SET LOCAL enable_bitmapscan = off")
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + statement, params).fetchall())
+    walks = [line for line in plan.splitlines() if re.search(r"on mem_messages i(_1)?\b", line)]
+    assert len(walks) == 2, plan  # one walk a side
+    assert all(re.search(r"Index Only Scan (Backward )?using mem_messages_session_order", line)
+               for line in walks), plan
