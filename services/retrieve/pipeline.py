@@ -278,12 +278,16 @@ class Retriever:
             call.trace.note(within_selective=call.scope.selective if call.scope else None)
         call.trace.note(keyword_mode=call.modes)
         f_events = self._workers.submit(self._events_signal, call) if call.cfg.sizes.topk_events > 0 else None
-        f_side, keyword = self._start_side_signals(call, conn)
-        names = load_names(conn, call.agent_id, call.analysis)
-        swept = subject_sweep.start(call, names, lambda text: self._workers.embed(self._embed, text))
+        selective = call.scope is not None and call.scope.selective
+        if selective:  # the subject first: its facts may be read with the semantic ones
+            names, swept = self._names_and_subject(call, conn)
+        merged = self._workers.concurrent and subject_sweep.facts_merged(call, swept if selective else None)
+        f_side, keyword = self._start_side_signals(call, conn, swept if merged else None)
+        if not selective:
+            names, swept = self._names_and_subject(call, conn)
         # the sweep's statements on a worker, as soon as its vector is there: beside the plan,
         # the graph and the semantic search instead of after them (ADR-0038)
-        f_sweep = self._workers.submit(self._sweep_signal, call, swept) if swept is not None else None
+        f_sweep = self._workers.submit(self._sweep_signal, call, swept, not merged) if swept is not None else None
         plan, lookup, anchor = plan_stage(call, conn, names)
         # graph and spreading only feed the formula and the graph list: when rank fusion gives
         # both no weight, their statements would be spent on nothing
@@ -295,8 +299,9 @@ class Retriever:
                                                     scope=call.scope)
         call.lists["fact_aggregation"] = (FACT, [fid for fid, _ in aggregation])
         qvec = self._query_vector(call)
+        swept_facts = None
         if f_side is not None:
-            keyword, call.trace.timings["keyword"], semantic, call.trace.timings["semantic"] = f_side.result()
+            keyword, call.trace.timings["keyword"], semantic, call.trace.timings["semantic"], swept_facts = f_side.result()
         else:
             with call.trace.stage("semantic"):
                 semantic = (signals.semantic_facts(conn, call.agent_id, qvec, call.cfg, call.floor, call.as_of,
@@ -310,7 +315,9 @@ class Retriever:
                                         for h in sorted({n.hop for n in graph_nodes.values()})})
         signal_map, structural = merge(semantic, keyword, graph_hits, aggregation)
         if f_sweep is not None:
-            swept_ids = subject_sweep.apply(call, f_sweep.result())
+            sweep_out = f_sweep.result()
+            swept_ids = subject_sweep.apply(call, sweep_out if swept_facts is None else
+                                            subject_sweep.with_facts(sweep_out, swept_facts, call.cfg))
         else:
             swept_ids = subject_sweep.finish(call, conn, swept, qvec, self.exact_search_rows)
         for fid in swept_ids:
@@ -325,14 +332,19 @@ class Retriever:
         ranked, n_spread = self._spread(call, conn, ranked, set(signal_map), qvec, anchor)
         return plan, anchor, ranked, n_merged + n_spread, f_events
 
+    def _names_and_subject(self, call: RetrieveCall, conn: Any) -> tuple[Any, subject_sweep.Started | None]:
+        """The planner's name lookup and the subject sweep's start (its embedding begins)."""
+        names = load_names(conn, call.agent_id, call.analysis)
+        return names, subject_sweep.start(call, names, lambda text: self._workers.embed(self._embed, text))
+
     def _start_side_signals(
-        self, call: RetrieveCall, conn: Any
+        self, call: RetrieveCall, conn: Any, swept: subject_sweep.Started | None = None
     ) -> tuple[Future[SideOut] | None, list[tuple[str, float]]]:
         """The keyword facts (IDF counts + scoring, the longest fact statement at 100k) and
         then the semantic search run on a worker connection beside plan → graph → aggregation
         when there is a worker pool: on the 2-core box this took 100k p95 from ~53 to ~48 ms
         (ADR 0006). Same statements, same results. Else the keyword facts run first, here."""
-        f_side = self._workers.submit(self._side_signals, call)
+        f_side = self._workers.submit(self._side_signals, call, swept)
         if f_side is not None:
             return f_side, []
         with call.trace.stage("keyword"):
@@ -346,23 +358,32 @@ class Retriever:
         return signals.keyword_facts(conn, call.agent_id, call.words, call.cfg, call.as_of, call.modes["mem_facts"],
                                      scope=call.scope)
 
-    def _side_signals(self, call: RetrieveCall) -> SideOut:
+    def _side_signals(self, call: RetrieveCall, swept: subject_sweep.Started | None) -> SideOut:
+        """``swept`` (``subject_sweep.facts_merged``): the sweep's facts are read here, with
+        the semantic ones, once both vectors are there (only embedding futures are waited for)."""
         side_start = time.perf_counter()
         with self._workers.connection() as side_conn:
             found = self._keyword_facts(side_conn, call)
             kw_ms = ms(side_start)
             qv = call.query_vector()
             sem_start = time.perf_counter()
+            sweep_vec = None if swept is None else _vector_or_none(swept[1])
+            if sweep_vec is not None and call.scope is not None:  # no question vector: no semantic rows
+                near, swept_facts = signals.semantic_and_swept_facts(
+                    side_conn, call.agent_id, qv, sweep_vec, call.cfg, call.floor, call.as_of, call.scope,
+                    subject_sweep.fetch_for(call.cfg.candidates.candidate_pool, call.cfg.sweeps.subject_sweep_per_session))
+                return found, kw_ms, near, ms(sem_start), swept_facts
             near = (signals.semantic_facts(side_conn, call.agent_id, qv, call.cfg, call.floor, call.as_of,
                                            self.exact_search_rows, call.small.get("mem_facts"),
                                            scope=call.scope)
                     if qv else [])
-        return found, kw_ms, near, ms(sem_start)
+        return found, kw_ms, near, ms(sem_start), None
 
-    def _sweep_signal(self, call: RetrieveCall, started: subject_sweep.Started) -> subject_sweep.Swept:
-        """The subject sweep's statements on a worker connection (ADR-0038)."""
+    def _sweep_signal(self, call: RetrieveCall, started: subject_sweep.Started, facts: bool) -> subject_sweep.Swept:
+        """The subject sweep's statements on a worker connection (ADR-0038); ``facts``: also
+        its facts over every fact, unless the side worker reads them (``facts_merged``)."""
         with self._workers.connection() as sweep_conn:
-            return subject_sweep.run(call, sweep_conn, started, call.query_vector, self.exact_search_rows)
+            return subject_sweep.run(call, sweep_conn, started, call.query_vector, self.exact_search_rows, facts)
 
     def _events_signal(self, call: RetrieveCall) -> EventsOut:
         """Messages run beside the fact signals on a worker connection (the second core)."""
@@ -612,3 +633,11 @@ class Retriever:
                                              call.as_of)
         return [ScoredPattern(pattern_id=pid, text=text, score=round(conf, 6), supporting_fact_ids=support)
                 for pid, text, conf, support, _overlap in found]
+
+
+def _vector_or_none(f_vec: Future[tuple[str, float]]) -> str | None:
+    """An embedding future's vector, ``None`` when it failed (the sweep then reports the error)."""
+    try:
+        return f_vec.result()[0]
+    except Exception:
+        return None

@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from engramdb.domain.keys import match_key
+from engramdb.services.retrieve.config import RetrieveConfig
 from engramdb.services.retrieve.fusion import EVENT, FACT
 from engramdb.services.retrieve.models import RetrievalPlan
 from engramdb.services.retrieve.planner import PlannerLookup, QueryAnalysis, build_plan
@@ -182,11 +183,13 @@ def sweep(
     small: tuple[bool | None, bool | None] = (None, None),
     only_subject: bool = True,
     scope: Narrowing | None = None,
+    facts: bool = True,
 ) -> SweepOut:
     """The subject's facts (by entity) and turns (by speaker), nearest to ``qvec`` (the
     name-less question's vector) first, at most ``per_session`` per session (facts: per day
-    they became valid). No similarity threshold: the sweep ranks, fusion decides."""
-    fetch = limit * 3 if per_session > 0 else limit
+    they became valid). No similarity threshold: the sweep ranks, fusion decides. Without
+    ``facts`` only the turns: the facts are read with the semantic search (``facts_merged``)."""
+    fetch = fetch_for(limit, per_session)
     visible, late, late_cols = fact_scope_split(as_of, scope)
     facts_where = f"{visible} AND f.confidence >= %(minc)s"
     msgs_where = message_visibility(as_of, scope=scope)
@@ -199,7 +202,7 @@ def sweep(
               **narrowing_params(scope)}
     with batch(conn):
         set_hnsw(conn, max(ef_search, fetch))
-        facts = conn.execute(
+        found = None if not facts else conn.execute(
             # the day as text: a grouping key only, and a year-10000 edge date (an older
             # release's poisoned row) would not load as a Python date; read with the nearest
             # rows themselves, not by a second lookup (ADR-0038)
@@ -212,7 +215,7 @@ def sweep(
             " SELECT nn.message_id, nn.session_id FROM nn ORDER BY nn.d, nn.message_id",
             params,
         )
-    fact_rows = facts.fetchall()
+    fact_rows = [] if found is None else found.fetchall()
     msg_rows = msgs.fetchall()
     return SweepOut(
         fact_ids=cap_per_group([(r[0], r[1]) for r in fact_rows], per_session)[:limit],
@@ -301,8 +304,31 @@ class Swept:
     error: str | None = None  # the embedding's failure (fail-safe: no sweep)
 
 
+def fetch_for(limit: int, per_session: int) -> int:
+    """How many nearest rows a sweep reads for ``limit`` kept at ``per_session`` a group."""
+    return limit * 3 if per_session > 0 else limit
+
+
+def facts_merged(call: RetrieveCall, started: Started | None) -> bool:
+    """Whether the sweep's facts over every fact are read by the semantic search's statement
+    (``signals.semantic_and_swept_facts``) instead of its own: under a selective narrowing
+    both are exact searches over the same listed facts, read once that way (ADR-0047)."""
+    return (started is not None and call.scope is not None and call.scope.selective
+            and enabled(call.cfg.fusion.rrf_weights, SWEEP_LISTS)
+            and not call.cfg.sweeps.subject_sweep_only_subject)
+
+
+def with_facts(swept: Swept, rows: list[tuple[str, str]], cfg: RetrieveConfig) -> Swept:
+    """``swept`` with the facts ``facts_merged`` read elsewhere: ``(fact_id, day)`` nearest
+    first, capped per day and cut as ``sweep`` does."""
+    if swept.error is None:
+        capped = cap_per_group(rows, cfg.sweeps.subject_sweep_per_session)[: cfg.candidates.candidate_pool]
+        swept.out.fact_ids = capped
+    return swept
+
+
 def run(call: RetrieveCall, conn: Any, started: Started, query_vector: Callable[[], str | None],
-        exact_rows: int) -> Swept:
+        exact_rows: int, facts: bool = True) -> Swept:
     """The sweep's statements, once the name-less question's vector is there: the subject's
     and the named persons' facts and turns, and the swept turns' rows (cosine to the whole
     question, ``query_vector()``). Reads the call, never writes it.
@@ -323,7 +349,8 @@ def run(call: RetrieveCall, conn: Any, started: Started, query_vector: Callable[
         out = sweep(conn, call.agent_id, subject, vec, as_of=call.as_of, min_confidence=cfg.filters.min_confidence,
                     limit=cfg.candidates.candidate_pool, ef_search=cfg.candidates.hnsw_ef_search,
                     per_session=cfg.sweeps.subject_sweep_per_session, exact_rows=exact_rows,
-                    small=_small(call), only_subject=cfg.sweeps.subject_sweep_only_subject, scope=call.scope)
+                    small=_small(call), only_subject=cfg.sweeps.subject_sweep_only_subject, scope=call.scope,
+                    facts=facts)
     if enabled(cfg.fusion.rrf_weights, PERSON_LISTS) and (
             cfg.sweeps.person_sweep_scope == "any" or is_list_question(call.query)):
         people = sweep_people(conn, call.agent_id, subject, vec, as_of=call.as_of,

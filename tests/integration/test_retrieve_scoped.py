@@ -95,6 +95,31 @@ def test_metadata_narrowing(memory: Memory, agent_id: str, overrides: dict[str, 
     assert not none.facts and not none.events
 
 
+def test_the_sweep_facts_read_with_the_semantic_ones_are_the_same(memory: Memory, agent_id: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a selective narrowing the subject sweep's facts over every fact are read by the
+    semantic search's statement (``subject_sweep.facts_merged``, one read of the listed facts,
+    ADR-0047): the call returns exactly what the two statements apart return."""
+    from engramdb.services.retrieve import subject_sweep
+
+    question, where = "What does Ana play on Sundays?", {"channel": "slack"}
+    decided: list[bool] = []
+    real = subject_sweep.facts_merged
+    monkeypatch.setattr(subject_sweep, "facts_merged",
+                        lambda call, started: decided.append(real(call, started)) or decided[-1])
+    merged = memory.retrieve(agent_id, question, metadata=where)
+    monkeypatch.setattr(subject_sweep, "facts_merged", lambda call, started: False)
+    apart = memory.retrieve(agent_id, question, metadata=where)
+    assert merged.trace["subject_sweep"] is not None, "the question names a subject to sweep"
+    selective = merged.trace["within_selective"]
+    assert decided == ([True] if selective else [False])
+    assert merged.facts and merged.trace["candidates"]["subject_facts"] > 0
+    assert [(f.fact_id, f.score) for f in merged.facts] == [(f.fact_id, f.score) for f in apart.facts]
+    assert [(e.message_id, e.score) for e in merged.events] == [(e.message_id, e.score) for e in apart.events]
+    assert merged.context == apart.context
+    assert merged.trace["candidates"] == apart.trace["candidates"]
+
+
 def test_bad_narrowing_is_a_value_error(memory: Memory, agent_id: str) -> None:
     with pytest.raises(ValueError, match="unknown operator"):
         memory.retrieve(agent_id, "x", metadata={"channel": {"like": "s%"}})

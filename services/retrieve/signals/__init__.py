@@ -46,7 +46,7 @@ from engramdb.services.retrieve.signals.patterns import (
     patterns_from,
     prefetch_patterns,
 )
-from engramdb.services.retrieve.signals.semantic import semantic_facts
+from engramdb.services.retrieve.signals.semantic import semantic_and_swept_facts, semantic_facts
 from engramdb.services.retrieve.signals.shared import (
     DF_CAP,
     N_CAP,
@@ -100,6 +100,7 @@ __all__ = [
     "patterns_for",
     "patterns_from",
     "prefetch_patterns",
+    "semantic_and_swept_facts",
     "semantic_facts",
     "set_hnsw",
     "similarity_threshold",
