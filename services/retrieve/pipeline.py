@@ -282,7 +282,7 @@ class Retriever:
         if selective:  # the subject first: its facts may be read with the semantic ones
             names, swept = self._names_and_subject(call, conn)
         merged = self._workers.concurrent and subject_sweep.facts_merged(call, swept if selective else None)
-        f_side, keyword = self._start_side_signals(call, conn, swept if merged else None)
+        f_side, keyword = self._start_side_signals(call, conn, semantic=not merged)
         if not selective:
             names, swept = self._names_and_subject(call, conn)
         # the sweep's statements on a worker, as soon as its vector is there: beside the plan,
@@ -299,15 +299,18 @@ class Retriever:
                                                     scope=call.scope)
         call.lists["fact_aggregation"] = (FACT, [fid for fid, _ in aggregation])
         qvec = self._query_vector(call)
-        swept_facts = None
+        # merged: the request thread reads both exact searches while the side worker runs BM25
+        both = self._semantic_and_swept(call, conn, qvec, swept) if merged and swept is not None else None
         if f_side is not None:
-            keyword, call.trace.timings["keyword"], semantic, call.trace.timings["semantic"], swept_facts = f_side.result()
+            keyword, call.trace.timings["keyword"], semantic, sem_ms = f_side.result()
+            call.trace.timings.setdefault("semantic", sem_ms)
         else:
             with call.trace.stage("semantic"):
                 semantic = (signals.semantic_facts(conn, call.agent_id, qvec, call.cfg, call.floor, call.as_of,
                                                    self.exact_search_rows, call.small.get("mem_facts"),
                                                    scope=call.scope)
                             if qvec else [])
+        semantic, swept_facts = both if both is not None else (semantic, None)
         call.lists["fact_semantic"] = (FACT, [fid for fid, _ in semantic])
         call.trace.count(semantic=len(semantic), keyword=len(keyword), graph=len(graph_hits),
                          aggregation=len(aggregation))
@@ -337,14 +340,30 @@ class Retriever:
         names = load_names(conn, call.agent_id, call.analysis)
         return names, subject_sweep.start(call, names, lambda text: self._workers.embed(self._embed, text))
 
+    def _semantic_and_swept(self, call: RetrieveCall, conn: Any, qvec: str | None,
+                            started: subject_sweep.Started) -> tuple[list[tuple[str, float]], list[tuple[str, str]] | None]:
+        """``subject_sweep.facts_merged``: the semantic facts and the sweep's facts from one read
+        of the listed facts, on the request's connection beside the side worker's BM25 (on the
+        side worker after it, they sat on the call's critical path). Waits only for the two
+        embeddings; without the name-less question's vector, the semantic search alone."""
+        with call.trace.stage("semantic"):
+            sweep_vec = _vector_or_none(started[1])
+            if sweep_vec is None or call.scope is None:  # the sweep reports its error itself
+                return (signals.semantic_facts(conn, call.agent_id, qvec, call.cfg, call.floor, call.as_of,
+                                               self.exact_search_rows, call.small.get("mem_facts"), scope=call.scope)
+                        if qvec else []), None
+            fetch = subject_sweep.fetch_for(call.cfg.candidates.candidate_pool, call.cfg.sweeps.subject_sweep_per_session)
+            return signals.semantic_and_swept_facts(conn, call.agent_id, qvec, sweep_vec, call.cfg, call.floor,
+                                                    call.as_of, call.scope, fetch)
+
     def _start_side_signals(
-        self, call: RetrieveCall, conn: Any, swept: subject_sweep.Started | None = None
+        self, call: RetrieveCall, conn: Any, semantic: bool = True
     ) -> tuple[Future[SideOut] | None, list[tuple[str, float]]]:
         """The keyword facts (IDF counts + scoring, the longest fact statement at 100k) and
         then the semantic search run on a worker connection beside plan → graph → aggregation
         when there is a worker pool: on the 2-core box this took 100k p95 from ~53 to ~48 ms
         (ADR 0006). Same statements, same results. Else the keyword facts run first, here."""
-        f_side = self._workers.submit(self._side_signals, call, swept)
+        f_side = self._workers.submit(self._side_signals, call, semantic)
         if f_side is not None:
             return f_side, []
         with call.trace.stage("keyword"):
@@ -358,26 +377,22 @@ class Retriever:
         return signals.keyword_facts(conn, call.agent_id, call.words, call.cfg, call.as_of, call.modes["mem_facts"],
                                      scope=call.scope)
 
-    def _side_signals(self, call: RetrieveCall, swept: subject_sweep.Started | None) -> SideOut:
-        """``swept`` (``subject_sweep.facts_merged``): the sweep's facts are read here, with
-        the semantic ones, once both vectors are there (only embedding futures are waited for)."""
+    def _side_signals(self, call: RetrieveCall, semantic: bool) -> SideOut:
+        """BM25's facts, then (``semantic``) the semantic search; without it, the request thread
+        reads the semantic facts with the sweep's (``_semantic_and_swept``)."""
         side_start = time.perf_counter()
         with self._workers.connection() as side_conn:
             found = self._keyword_facts(side_conn, call)
             kw_ms = ms(side_start)
+            if not semantic:
+                return found, kw_ms, [], 0.0
             qv = call.query_vector()
             sem_start = time.perf_counter()
-            sweep_vec = None if swept is None else _vector_or_none(swept[1])
-            if sweep_vec is not None and call.scope is not None:  # no question vector: no semantic rows
-                near, swept_facts = signals.semantic_and_swept_facts(
-                    side_conn, call.agent_id, qv, sweep_vec, call.cfg, call.floor, call.as_of, call.scope,
-                    subject_sweep.fetch_for(call.cfg.candidates.candidate_pool, call.cfg.sweeps.subject_sweep_per_session))
-                return found, kw_ms, near, ms(sem_start), swept_facts
             near = (signals.semantic_facts(side_conn, call.agent_id, qv, call.cfg, call.floor, call.as_of,
                                            self.exact_search_rows, call.small.get("mem_facts"),
                                            scope=call.scope)
                     if qv else [])
-        return found, kw_ms, near, ms(sem_start), None
+        return found, kw_ms, near, ms(sem_start)
 
     def _sweep_signal(self, call: RetrieveCall, started: subject_sweep.Started, facts: bool) -> subject_sweep.Swept:
         """The subject sweep's statements on a worker connection (ADR-0038); ``facts``: also

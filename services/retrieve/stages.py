@@ -20,9 +20,8 @@ from engramdb.services.retrieve.rank import Candidate, EventCandidate, order_key
 from engramdb.services.retrieve.timeexpr import Window
 from engramdb.services.retrieve.trace import Trace, ms
 
-# (keyword facts, their ms, semantic facts, their ms, the subject sweep's facts when read with
-# the semantic ones — ``subject_sweep.facts_merged`` — else None) from the side connection
-SideOut = tuple[list[tuple[str, float]], float, list[tuple[str, float]], float, list[tuple[str, str]] | None]
+# (keyword facts, their ms, semantic facts, their ms) from the side connection
+SideOut = tuple[list[tuple[str, float]], float, list[tuple[str, float]], float]
 # (message signals, message rows, ms) from the messages connection
 EventsOut = tuple[dict[str, dict[str, float]], list[tuple[Any, ...]], float]
 
