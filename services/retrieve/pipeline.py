@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 from engramdb.domain.agent_id import check_agent_id
 from engramdb.domain.ports import EmbeddingProvider, LLMProvider
@@ -95,19 +95,6 @@ def _utc(value: datetime | None) -> datetime | None:
 # true neighbours, and faster than a filtered HNSW walk through a large shared index
 # (measured at 10k facts: p95 36 vs 55 ms, ADR-0006). Above it, HNSW with iterative scans.
 EXACT_SEARCH_ROWS = 20_000
-
-
-class Opened(NamedTuple):
-    """What ``_open_stages`` started for ``_fact_stages``."""
-
-    f_events: Future[EventsOut] | None
-    f_side: Future[SideOut] | None
-    keyword: list[tuple[str, float]]  # BM25's facts when read inline (no workers)
-    names: Any
-    swept: subject_sweep.Started | None
-    f_sweep: Future[subject_sweep.Swept] | None
-    merged: bool  # the sweep's facts read with the semantic ones (``subject_sweep.facts_merged``)
-    semantic_here: bool  # the semantic search on the request's connection (``_semantic_here``)
 
 
 class Retriever:
@@ -282,9 +269,29 @@ class Retriever:
     ) -> tuple[RetrievalPlan, datetime, list[Candidate], int, Future[EventsOut] | None]:
         """Every fact stage on the main connection; with a worker pool the messages and
         keyword + semantic facts run beside them on workers, else here after them."""
-        opened = self._open_stages(call, conn)
-        f_events, f_side, keyword, names, swept = opened.f_events, opened.f_side, opened.keyword, opened.names, opened.swept
-        f_sweep, merged = opened.f_sweep, opened.merged
+        if self._keyword_modes is None:
+            self._keyword_modes = signals.keyword_modes(conn)
+        call.modes = self._keyword_modes
+        call.small = self._size_gate.verdicts(conn, call.agent_id)
+        undecided = call.scope is not None and not call.scope.selective
+        if undecided:
+            call.scope_decided = Future()
+        # the turns' worker first: its BM25 runs beside the probe, on the other core (ADR-0047)
+        f_events = (self._workers.submit(self._events_signal, call, call.scope)
+                    if call.cfg.sizes.topk_events > 0 else None)
+        if undecided:
+            self._decide_scope(call, conn)
+        call.trace.note(keyword_mode=call.modes)
+        selective = call.scope is not None and call.scope.selective
+        if selective:  # the subject first: its facts may be read with the semantic ones
+            names, swept = self._names_and_subject(call, conn)
+        merged = self._workers.concurrent and subject_sweep.facts_merged(call, swept if selective else None)
+        f_side, keyword = self._start_side_signals(call, conn, semantic=not merged)
+        if not selective:
+            names, swept = self._names_and_subject(call, conn)
+        # the sweep's statements on a worker, as soon as its vector is there: beside the plan,
+        # the graph and the semantic search instead of after them (ADR-0038)
+        f_sweep = self._workers.submit(self._sweep_signal, call, swept, not merged) if swept is not None else None
         plan, lookup, anchor = plan_stage(call, conn, names)
         # graph and spreading only feed the formula and the graph list: when rank fusion gives
         # both no weight, their statements would be spent on nothing
@@ -296,8 +303,8 @@ class Retriever:
                                                     scope=call.scope)
         call.lists["fact_aggregation"] = (FACT, [fid for fid, _ in aggregation])
         qvec = self._query_vector(call)
-        # the semantic search here (with the sweep's facts when merged) while the side worker runs BM25
-        both = self._semantic_here(call, conn, qvec, swept if merged else None) if opened.semantic_here else None
+        # merged: the request thread reads both exact searches while the side worker runs BM25
+        both = self._semantic_and_swept(call, conn, qvec, swept) if merged and swept is not None else None
         if f_side is not None:
             keyword, call.trace.timings["keyword"], semantic, sem_ms = f_side.result()
             call.trace.timings.setdefault("semantic", sem_ms)
@@ -332,43 +339,6 @@ class Retriever:
         ranked, n_spread = self._spread(call, conn, ranked, set(signal_map), qvec, anchor)
         return plan, anchor, ranked, n_merged + n_spread, f_events
 
-    def _open_stages(self, call: RetrieveCall, conn: Any) -> Opened:
-        """The size gate, the narrowing's form and the workers, started so that both cores stay
-        busy (ADR-0047): a narrowing whose form is not known yet (no kept broad verdict) starts
-        the turns' worker and BM25 over the facts (by the passing turns,
-        ``Narrowing.fact_by_turns``) before the probe; the semantic search then runs here."""
-        if self._keyword_modes is None:
-            self._keyword_modes = signals.keyword_modes(conn)
-        call.modes = self._keyword_modes
-        call.small = self._size_gate.verdicts(conn, call.agent_id)
-        if call.scope is not None and not call.scope.decided:
-            call.scope = self._broad.kept(call.agent_id, call.scope) or call.scope
-        undecided = call.scope is not None and not call.scope.decided
-        if undecided:
-            call.scope_decided = Future()
-        f_events = (self._workers.submit(self._events_signal, call, call.scope)
-                    if call.cfg.sizes.topk_events > 0 else None)
-        early = undecided and self._workers.concurrent
-        f_side = self._workers.submit(self._side_signals, call, False, call.scope) if early else None
-        if undecided:
-            self._decide_scope(call, conn)
-        if call.scope is not None:
-            call.trace.note(within_selective=call.scope.selective)
-        call.trace.note(keyword_mode=call.modes)
-        selective = call.scope is not None and call.scope.selective
-        if selective:  # the subject first: its facts may be read with the semantic ones
-            names, swept = self._names_and_subject(call, conn)
-        merged = self._workers.concurrent and subject_sweep.facts_merged(call, swept if selective else None)
-        keyword: list[tuple[str, float]] = []
-        if not early:
-            f_side, keyword = self._start_side_signals(call, conn, semantic=not merged)
-        if not selective:
-            names, swept = self._names_and_subject(call, conn)
-        # the sweep's statements on a worker, as soon as its vector is there: beside the plan,
-        # the graph and the semantic search instead of after them (ADR-0038)
-        f_sweep = self._workers.submit(self._sweep_signal, call, swept, not merged) if swept is not None else None
-        return Opened(f_events, f_side, keyword, names, swept, f_sweep, merged, early or merged)
-
     def _decide_scope(self, call: RetrieveCall, conn: Any) -> None:
         """Selective or broad (``scope.BroadVerdicts``), handed to the worker that waits for it
         (``RetrieveCall.decided_scope``) — a failed probe too, so that no worker waits forever."""
@@ -379,21 +349,22 @@ class Retriever:
             call.scope_decided.set_exception(exc)
             raise
         call.scope_decided.set_result(call.scope)
+        call.trace.note(within_selective=call.scope.selective if call.scope else None)
 
     def _names_and_subject(self, call: RetrieveCall, conn: Any) -> tuple[Any, subject_sweep.Started | None]:
         """The planner's name lookup and the subject sweep's start (its embedding begins)."""
         names = load_names(conn, call.agent_id, call.analysis)
         return names, subject_sweep.start(call, names, lambda text: self._workers.embed(self._embed, text))
 
-    def _semantic_here(self, call: RetrieveCall, conn: Any, qvec: str | None,
-                       started: subject_sweep.Started | None) -> tuple[list[tuple[str, float]], list[tuple[str, str]] | None]:
-        """The semantic search on the request's connection, beside the side worker's BM25: when
-        that started before the probe (``_open_stages``), or with the sweep's facts
-        (``started``, ``subject_sweep.facts_merged``: one read of the listed facts). Waits only
-        for the embeddings; without the name-less question's vector, the semantic search alone."""
+    def _semantic_and_swept(self, call: RetrieveCall, conn: Any, qvec: str | None,
+                            started: subject_sweep.Started) -> tuple[list[tuple[str, float]], list[tuple[str, str]] | None]:
+        """``subject_sweep.facts_merged``: the semantic facts and the sweep's facts from one read
+        of the listed facts, on the request's connection beside the side worker's BM25 (on the
+        side worker after it, they sat on the call's critical path). Waits only for the two
+        embeddings; without the name-less question's vector, the semantic search alone."""
         with call.trace.stage("semantic"):
-            sweep_vec = None if started is None else _vector_or_none(started[1])
-            if sweep_vec is None or call.scope is None:  # a failed sweep embedding reports itself
+            sweep_vec = _vector_or_none(started[1])
+            if sweep_vec is None or call.scope is None:  # the sweep reports its error itself
                 return (signals.semantic_facts(conn, call.agent_id, qvec, call.cfg, call.floor, call.as_of,
                                                self.exact_search_rows, call.small.get("mem_facts"), scope=call.scope)
                         if qvec else []), None
@@ -408,27 +379,26 @@ class Retriever:
         then the semantic search run on a worker connection beside plan → graph → aggregation
         when there is a worker pool: on the 2-core box this took 100k p95 from ~53 to ~48 ms
         (ADR 0006). Same statements, same results. Else the keyword facts run first, here."""
-        f_side = self._workers.submit(self._side_signals, call, semantic, None)
+        f_side = self._workers.submit(self._side_signals, call, semantic)
         if f_side is not None:
             return f_side, []
         with call.trace.stage("keyword"):
-            keyword = self._keyword_facts(conn, call, call.scope)
+            keyword = self._keyword_facts(conn, call)
         return None, keyword
 
     @staticmethod
-    def _keyword_facts(conn: Any, call: RetrieveCall, scope: signals.Narrowing | None) -> list[tuple[str, float]]:
+    def _keyword_facts(conn: Any, call: RetrieveCall) -> list[tuple[str, float]]:
         if call.cfg.scoring.ranking == "rrf":
-            return bm25_fact_signal(conn, call, scope)
+            return bm25_fact_signal(conn, call)
         return signals.keyword_facts(conn, call.agent_id, call.words, call.cfg, call.as_of, call.modes["mem_facts"],
-                                     scope=scope)
+                                     scope=call.scope)
 
-    def _side_signals(self, call: RetrieveCall, semantic: bool, early: signals.Narrowing | None) -> SideOut:
+    def _side_signals(self, call: RetrieveCall, semantic: bool) -> SideOut:
         """BM25's facts, then (``semantic``) the semantic search; without it, the request thread
-        runs that (``_semantic_here``). ``early``: the narrowing as it was before the probe, when
-        this started beside it (the facts then tested by their source turns)."""
+        reads the semantic facts with the sweep's (``_semantic_and_swept``)."""
         side_start = time.perf_counter()
         with self._workers.connection() as side_conn:
-            found = self._keyword_facts(side_conn, call, early if early is not None else call.scope)
+            found = self._keyword_facts(side_conn, call)
             kw_ms = ms(side_start)
             if not semantic:
                 return found, kw_ms, [], 0.0

@@ -21,7 +21,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from engramdb.services.management.metadata_filter import MetadataFilter
@@ -165,14 +165,14 @@ def probe_counted(conn: Any, agent_id: str, scope: Narrowing, cap: int | None = 
             )
     row = cur.fetchone()
     if row is None:
-        return Narrowing(scope.turn_sql, scope.params, False, True), 0, 0
+        return Narrowing(scope.turn_sql, scope.params, False), 0, 0
     if not row[0]:
-        return Narrowing(scope.turn_sql, scope.params, False, True), int(row[1]), int(row[2])
+        return Narrowing(scope.turn_sql, scope.params, False), int(row[1]), int(row[2])
     listed: dict[str, Any] = {**scope.params, "nwf": list(row[3] or [])}
     turns, sessions = list(row[4] or []), max(int(row[5] or 0), 1)
     if len(turns) < LISTED_WALK_PER_SESSION * sessions:  # sparse in the sessions it touches
         listed["nwt"] = turns
-    return Narrowing(scope.turn_sql, listed, True, True), int(row[1]), int(row[2])
+    return Narrowing(scope.turn_sql, listed, True), int(row[1]), int(row[2])
 
 
 class BroadVerdicts:
@@ -196,26 +196,16 @@ class BroadVerdicts:
         self._turns: dict[str, tuple[float, int]] = {}  # agent -> (until, turns at least)
         self._lock = threading.Lock()
 
-    def kept(self, agent_id: str, scope: Narrowing) -> Narrowing | None:
-        """``scope`` decided broad if that verdict is kept, else ``None`` (no statement)."""
-        with self._lock:
-            until = self._kept.get(self._key(agent_id, scope))
-        return replace(scope, decided=True) if until is not None and until > self.clock() else None
-
-    @staticmethod
-    def _key(agent_id: str, scope: Narrowing) -> tuple[str, str]:
-        return agent_id, scope.turn_sql + "\x00" + json.dumps(scope.params, sort_keys=True, default=str)
-
     def probe(self, conn: Any, agent_id: str, scope: Narrowing | None) -> Narrowing | None:
         if scope is None or scope.selective:
             return scope
-        key = self._key(agent_id, scope)
+        key = (agent_id, scope.turn_sql + "\x00" + json.dumps(scope.params, sort_keys=True, default=str))
         now = self.clock()
         with self._lock:
             until = self._kept.get(key)
             turns = self._turns.get(agent_id)
         if until is not None and until > now:
-            return replace(scope, decided=True)
+            return scope
         known = turns[1] if turns is not None and turns[0] > now else 0
         decided, passing, counted = probe_counted(conn, agent_id, scope, turns_known=known)
         with self._lock:

@@ -228,10 +228,7 @@ def test_a_narrowing_picks_rows_and_leaves_their_scores_alone(store: Store) -> N
     """A session / metadata narrowing (ADR-0047) returns only the rows that pass it, each with
     the score it has unnarrowed (the agent's N, avgdl and df), best first, up to the limit —
     as a filter clause in Lucene leaves the IDF alone. Broad (probe per scored row) and
-    selective (the listed fact ids) forms give the same rows, and so does the form that runs
-    before the probe has decided (the hit's source turns among the passing turns)."""
-    from dataclasses import replace
-
+    selective (the listed fact ids) forms give the same rows."""
     from engramdb.services.retrieve.scope import RetrieveFilter, narrowing
     from engramdb.services.retrieve.signals.shared import Narrowing
 
@@ -241,22 +238,20 @@ def test_a_narrowing_picks_rows_and_leaves_their_scores_alone(store: Store) -> N
         store.fact("a", f"f{i:02d}", "person:ana", "tea " * (1 + i % 4) + f"fact {i}",
                    source_message_id=f"m{i:02d}")
     home = {f"m{i:02d}" for i in range(0, 12, 3)}
-    undecided = narrowing(RetrieveFilter.of("s-home"))
-    assert undecided is not None and not undecided.selective and not undecided.decided
-    broad = replace(undecided, decided=True)
-    listed = Narrowing(broad.turn_sql, {**broad.params, "nwf": [f"f{m[1:]}" for m in home]}, True, True)
+    broad = narrowing(RetrieveFilter.of("s-home"))
+    assert broad is not None and not broad.selective
+    listed = Narrowing(broad.turn_sql, {**broad.params, "nwf": [f"f{m[1:]}" for m in home]}, True)
     with store.pool.connection() as conn:
         all_turns = dict(bm25_messages(conn, "a", "tea", None, 100))
         all_facts = dict(bm25_facts(conn, "a", "tea", None, 0.0, 100))
         turns = bm25_messages(conn, "a", "tea", None, 3, scope=broad)
         by_probe = bm25_facts(conn, "a", "tea", None, 0.0, 3, scope=broad)
         by_list = bm25_facts(conn, "a", "tea", None, 0.0, 3, scope=listed)
-        by_turns = bm25_facts(conn, "a", "tea", None, 0.0, 3, scope=undecided)
     want_turns = sorted(home, key=lambda m: (-all_turns[m], m))[:3]
     assert ids(turns) == want_turns
     for doc_id, score in turns:
         assert score == pytest.approx(all_turns[doc_id], abs=1e-9)
     want_facts = sorted((f"f{m[1:]}" for m in home), key=lambda f: (-all_facts[f], f))[:3]
-    assert ids(by_probe) == ids(by_list) == ids(by_turns) == want_facts
-    for doc_id, score in by_probe + by_turns:
+    assert ids(by_probe) == ids(by_list) == want_facts
+    for doc_id, score in by_probe:
         assert score == pytest.approx(all_facts[doc_id], abs=1e-9)

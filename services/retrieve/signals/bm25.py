@@ -98,9 +98,7 @@ def _bm25_sql(table: str, alias: str, id_col: str, where: str, keep: str = "", l
 
 def _narrowed_facts(scope: Narrowing | None) -> tuple[str, str]:
     """A narrowing over facts as ``(keep, late)``: a selective one's listed ids (a hashed test
-    on each hit); an undecided one (run beside the probe) the hit's source turns among the
-    passing turns (``Narrowing.fact_by_turns``); else the fact's source-turn probe by primary
-    key, late. Why late, and the statistics unnarrowed: a
+    on each hit), else the fact's source-turn probe by primary key, late. Why late, and the statistics unnarrowed: a
     filter picks which rows are scored, not the collection they are scored against — as a
     Lucene / Elasticsearch filter clause leaves the IDF alone. Narrowing the statistics made
     every sampled row and every hit pay the source probe (~78 ms of a broad filter's call at
@@ -109,8 +107,6 @@ def _narrowed_facts(scope: Narrowing | None) -> tuple[str, str]:
         return "", ""
     if scope.selective:
         return "f.fact_id = ANY(%(nwf)s::text[])", ""
-    if not scope.decided:  # before the probe: the hit's source turns among the passing ones
-        return scope.fact_by_turns("f"), ""
     return "", late_probe(f"SELECT true FROM mem_facts lf WHERE lf.agent_id = %(a)s AND lf.fact_id = s.id"
                       f" AND {scope.fact('lf')}")
 

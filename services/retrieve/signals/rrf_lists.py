@@ -24,11 +24,10 @@ def keyword_query(call: RetrieveCall) -> str:
     return without_hedges(call.query) if call.cfg.fusion.drop_hedges else call.query
 
 
-def bm25_fact_signal(conn: Any, call: RetrieveCall, scope: signals.Narrowing | None) -> list[tuple[str, float]]:
-    """Facts by BM25 over their subject and text (``fact_keyword``), as keyword signals;
-    ``scope``: the call's narrowing, decided or not (``bm25._narrowed_facts``)."""
+def bm25_fact_signal(conn: Any, call: RetrieveCall) -> list[tuple[str, float]]:
+    """Facts by BM25 over their subject and text (``fact_keyword``), as keyword signals."""
     found = signals.bm25_facts(conn, call.agent_id, keyword_query(call), call.as_of, call.cfg.filters.min_confidence,
-                               call.cfg.candidates.candidate_pool, scope=scope)
+                               call.cfg.candidates.candidate_pool, scope=call.scope)
     call.lists["fact_keyword"] = (FACT, [fid for fid, _ in found])
     return _normalised(found)
 

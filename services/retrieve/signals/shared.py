@@ -54,9 +54,6 @@ class Narrowing:
     turn_sql: str
     params: Mapping[str, Any] = field(default_factory=dict)
     selective: bool = False
-    # the probe decided the form (``scope.probe``): broad when not ``selective``; undecided, a
-    # statement may run before the probe (``fact_by_turns``)
-    decided: bool = False
 
     def turn(self, alias: str) -> str:
         return self.turn_sql.replace(TURN_ALIAS, alias)
@@ -103,16 +100,6 @@ class Narrowing:
         # into a semi-join that hashed the list again for every anchor (4.0 vs 2.6 ms)
         return Narrowing(f"({TURN_ALIAS}.message_id IN (SELECT unnest(%(nwt)s::text[]))) IS TRUE",
                          self.params, True)
-
-    def fact_by_turns(self, alias: str) -> str:
-        """A fact passes when one of its source turns is among the passing turns, read once by
-        the statement itself as a hashed subplan: right for any narrowing, with no probe
-        before it, so a statement that needs no nearest rows (BM25 over the facts) can start
-        beside the probe instead of after it. Costs a read of the passing turns — meant for an
-        undecided narrowing, which a kept broad verdict (``BroadVerdicts.kept``) is not."""
-        return (f"(SELECT bool_or(s.id IN (SELECT nt.message_id FROM mem_messages nt"
-                f" WHERE nt.agent_id = %(a)s AND {self.turn('nt')}))"
-                f" FROM unnest({alias}.source_message_ids) s(id))")
 
     def fact_late(self, alias: str) -> str:
         """``fact``'s per-row probe as a ``late_probe``, for rows read in a fenced order."""
