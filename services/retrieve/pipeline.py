@@ -273,15 +273,11 @@ class Retriever:
             self._keyword_modes = signals.keyword_modes(conn)
         call.modes = self._keyword_modes
         call.small = self._size_gate.verdicts(conn, call.agent_id)
-        undecided = call.scope is not None and not call.scope.selective
-        if undecided:
-            call.scope_decided = Future()
-        # the turns' worker first: its BM25 runs beside the probe, on the other core (ADR-0047)
-        f_events = (self._workers.submit(self._events_signal, call, call.scope)
-                    if call.cfg.sizes.topk_events > 0 else None)
-        if undecided:
-            self._decide_scope(call, conn)
+        if call.scope is not None and not call.scope.selective:
+            call.scope = self._broad.probe(conn, call.agent_id, call.scope)
+            call.trace.note(within_selective=call.scope.selective if call.scope else None)
         call.trace.note(keyword_mode=call.modes)
+        f_events = self._workers.submit(self._events_signal, call) if call.cfg.sizes.topk_events > 0 else None
         selective = call.scope is not None and call.scope.selective
         if selective:  # the subject first: its facts may be read with the semantic ones
             names, swept = self._names_and_subject(call, conn)
@@ -331,25 +327,13 @@ class Retriever:
             signal_map.setdefault(fid, {})
         ranked, n_merged = self._hydrate_and_rank(call, conn, signal_map, structural, qvec, anchor)
         if not self._workers.concurrent and call.cfg.sizes.topk_events > 0:  # no workers: messages here
-            f_events = done(self._events_on(conn, call, call.scope))
+            f_events = done(self._events_on(conn, call))
         if not structure:
             call.trace.note(spreading_candidates_returned=0, spreading_candidates_unique=0, spreading_entities={})
             call.trace.count(spreading=0)
             return plan, anchor, ranked, n_merged, f_events
         ranked, n_spread = self._spread(call, conn, ranked, set(signal_map), qvec, anchor)
         return plan, anchor, ranked, n_merged + n_spread, f_events
-
-    def _decide_scope(self, call: RetrieveCall, conn: Any) -> None:
-        """Selective or broad (``scope.BroadVerdicts``), handed to the worker that waits for it
-        (``RetrieveCall.decided_scope``) — a failed probe too, so that no worker waits forever."""
-        assert call.scope is not None and call.scope_decided is not None
-        try:
-            call.scope = self._broad.probe(conn, call.agent_id, call.scope)
-        except BaseException as exc:
-            call.scope_decided.set_exception(exc)
-            raise
-        call.scope_decided.set_result(call.scope)
-        call.trace.note(within_selective=call.scope.selective if call.scope else None)
 
     def _names_and_subject(self, call: RetrieveCall, conn: Any) -> tuple[Any, subject_sweep.Started | None]:
         """The planner's name lookup and the subject sweep's start (its embedding begins)."""
@@ -416,31 +400,27 @@ class Retriever:
         with self._workers.connection() as sweep_conn:
             return subject_sweep.run(call, sweep_conn, started, call.query_vector, self.exact_search_rows, facts)
 
-    def _events_signal(self, call: RetrieveCall, turn_scope: signals.Narrowing | None) -> EventsOut:
+    def _events_signal(self, call: RetrieveCall) -> EventsOut:
         """Messages run beside the fact signals on a worker connection (the second core)."""
         with self._workers.connection() as ev_conn:
-            return self._events_on(ev_conn, call, turn_scope)
+            return self._events_on(ev_conn, call)
 
-    def _events_on(self, conn: Any, call: RetrieveCall, turn_scope: signals.Narrowing | None) -> EventsOut:
-        """``turn_scope``: the narrowing as the call had it when this started, perhaps before
-        the probe decided its form: the turns' BM25 reads only its turn predicate (the same in
-        either form); the nearest turns wait for the decided form (``decided_scope``)."""
+    def _events_on(self, conn: Any, call: RetrieveCall) -> EventsOut:
         bm25_ms = 0.0
         bm25_found = None
         if call.cfg.scoring.ranking == "rrf":  # BM25 needs no vector: read while it is embedded (ADR-0042)
             bm25_start = time.perf_counter()
-            bm25_found = message_bm25(conn, call, turn_scope)
+            bm25_found = message_bm25(conn, call)
             bm25_ms = ms(bm25_start)
         qv = call.query_vector()
-        scope = call.decided_scope()
         ev_start = time.perf_counter()
         if call.cfg.scoring.ranking == "rrf":
-            sig, rows_ = message_signals(conn, call, qv, self.exact_search_rows, bm25_found, scope)
+            sig, rows_ = message_signals(conn, call, qv, self.exact_search_rows, bm25_found)
         else:
             sig, rows_ = signals.message_events(
                 conn, call.agent_id, qv, call.words, call.cfg, call.floor, call.as_of,
                 call.modes["mem_messages"], self.exact_search_rows, call.small.get("mem_messages"),
-                scope=scope)
+                scope=call.scope)
         return sig, rows_, bm25_ms + ms(ev_start)
 
     def _graph(

@@ -54,15 +54,6 @@ class RetrieveCall:
     placements: PlacementMemo = field(default_factory=dict)  # fusion's, kept for the call (ADR-0041)
     # the call's session / metadata narrowing (``scope.py``, ADR-0047): in every candidate statement
     scope: signals.Narrowing | None = None
-    # set while the probe decides the narrowing's form: the turns' worker starts before it
-    # (its BM25 needs only the turn predicate, the same in either form) and waits here
-    # before its nearest turns, whose plan the form chooses (``decided_scope``)
-    scope_decided: Future[signals.Narrowing | None] | None = None
-
-    def decided_scope(self) -> signals.Narrowing | None:
-        """The narrowing in its decided form (selective or broad), waiting for the probe
-        when a worker asks before the request thread has run it."""
-        return self.scope if self.scope_decided is None else self.scope_decided.result()
 
     def query_vector(self) -> str | None:
         """For the workers: the vector, or ``None`` if embedding failed (the main thread

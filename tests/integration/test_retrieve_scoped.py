@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import re
-import threading
 from typing import Any
 
 import psycopg
@@ -119,28 +118,6 @@ def test_the_sweep_facts_read_with_the_semantic_ones_are_the_same(memory: Memory
     assert [(e.message_id, e.score) for e in merged.events] == [(e.message_id, e.score) for e in apart.events]
     assert merged.context == apart.context
     assert merged.trace["candidates"] == apart.trace["candidates"]
-
-
-def test_a_failed_probe_fails_the_call_and_frees_the_turns_worker(memory: Memory, agent_id: str,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """The turns' worker starts before the probe and waits for its verdict
-    (``RetrieveCall.decided_scope``): a probe that fails fails the call with its own error, and
-    the worker gets it too instead of waiting forever — the next call still answers."""
-    def broken(self: Any, conn: Any, agent: str, scope: Any) -> Any:
-        raise RuntimeError("probe failed")
-
-    real = scope_module.BroadVerdicts.probe
-    monkeypatch.setattr(scope_module.BroadVerdicts, "probe", broken)
-    for _ in range(6):  # more failed calls than the retriever has database workers
-        with pytest.raises(RuntimeError, match="probe failed"):
-            memory.retrieve(agent_id, "Where does Ana live?", metadata={"channel": "slack"})
-    monkeypatch.setattr(scope_module.BroadVerdicts, "probe", real)
-    answered: list[Any] = []
-    later = threading.Thread(target=lambda: answered.append(
-        memory.retrieve(agent_id, "Where does Ana live?", metadata={"channel": "slack"})), daemon=True)
-    later.start()
-    later.join(timeout=60)
-    assert answered and answered[0].trace["within_selective"] in (True, False), "a worker was left waiting"
 
 
 def test_bad_narrowing_is_a_value_error(memory: Memory, agent_id: str) -> None:

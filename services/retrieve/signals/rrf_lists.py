@@ -32,19 +32,16 @@ def bm25_fact_signal(conn: Any, call: RetrieveCall) -> list[tuple[str, float]]:
     return _normalised(found)
 
 
-def message_bm25(conn: Any, call: RetrieveCall, scope: signals.Narrowing | None) -> list[tuple[str, float]]:
+def message_bm25(conn: Any, call: RetrieveCall) -> list[tuple[str, float]]:
     """BM25's best turns (``message_keyword``), id and score: the part of ``message_signals``
-    that needs no vector, read while the question is still being embedded (ADR-0042).
-    ``scope``: the call's narrowing in either form — a turn is tested by its own session and
-    metadata, which the form does not change, so this may run before the probe decides it."""
+    that needs no vector, read while the question is still being embedded (ADR-0042)."""
     return signals.bm25_messages(conn, call.agent_id, keyword_query(call), call.as_of,
-                                 call.cfg.candidates.candidate_pool, scope=scope)
+                                 call.cfg.candidates.candidate_pool, scope=call.scope)
 
 
 def message_signals(
     conn: Any, call: RetrieveCall, qvec: str | None, exact_rows: int,
-    bm25_found: list[tuple[str, float]] | None,
-    scope: signals.Narrowing | None,
+    bm25_found: list[tuple[str, float]] | None = None,
 ) -> tuple[dict[str, dict[str, float]], list[tuple[Any, ...]]]:
     """Turns by cosine (``message_semantic``) and by BM25 over speaker and text
     (``message_keyword``): their signals and rows, in ``message_events``' shapes, from one
@@ -52,7 +49,7 @@ def message_signals(
     sig, rows, found = signals.message_lists(conn, call.agent_id, qvec, keyword_query(call), call.cfg,
                                              call.floor, call.as_of, exact_rows,
                                              call.small.get("mem_messages"), bm25_found=bm25_found,
-                                             scope=scope)
+                                             scope=call.scope)
     by_cosine = sorted(((mid, s["cosine"]) for mid, s in sig.items() if "cosine" in s),
                        key=lambda t: (-t[1], t[0]))
     call.lists["message_semantic"] = (EVENT, [mid for mid, _ in by_cosine])
