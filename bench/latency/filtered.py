@@ -2,7 +2,7 @@
 
     python -m bench.latency.filtered [--size 100000] [--sessions 100] [--queries 100] [--runs 3]
                                      [--fillers 20] [--database-url URL] [--schema NAME]
-                                     [--with-embedder]
+                                     [--with-embedder] [--compare PACKAGE]
 
 Data: ``bench/latency/data.py`` with ``sessions`` (one agent of ``--size`` facts among
 ``--fillers`` agents of 1k): turn ``j`` in session ``s{j % sessions}``, metadata ``channel``
@@ -19,7 +19,11 @@ Contenders, interleaved in every run (the order rotates), same queries, same pro
 - ``session+metadata``: one session AND ``{"channel": "slack"}``.
 
 Printed: each contender's median over runs of p50 / p95 (ms) and the median over runs of its
-p50 ratio to ``unfiltered`` measured in the same run. The goal: every ratio <= 1.0. Without
+p50 ratio to ``unfiltered`` measured in the same run. ``--compare oldengramdb.services.retrieve``
+(an earlier commit exported under another name, as ``bench.latency.identity`` says): every
+contender also through that package's ``Retriever`` on the same pool and workers, interleaved
+in each run, its ratios against its own ``unfiltered`` — the box's drift between two
+invocations was larger than the changes measured. The goal: every ratio <= 1.0. Without
 ``--with-embedder`` the query vector is precomputed (the database work is what a filter
 changes; the embedding is the same for every contender).
 """
@@ -27,6 +31,7 @@ changes; the embedding is the same for every contender).
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import statistics
 import uuid
@@ -72,10 +77,13 @@ def run_once(retriever: Retriever, agent: str, queries: list[str], within: Withi
     return out, empty
 
 
-def measure(retriever: Retriever, agent: str, queries: list[str], sessions: int, runs: int) -> dict[str, Any]:
-    named = contenders(sessions)
-    for within in named.values():  # warm-up: caches, prepared statements, pools
-        run_once(retriever, agent, queries[:10], within)
+def measure(retriever: Retriever, agent: str, queries: list[str], sessions: int, runs: int,
+            other: Any = None) -> dict[str, Any]:
+    named: dict[str, tuple[Any, Within]] = {label: (retriever, within) for label, within in contenders(sessions).items()}
+    if other is not None:
+        named |= {f"{label} (other)": (other, within) for label, within in contenders(sessions).items()}
+    for who, within in named.values():  # warm-up: caches, prepared statements, pools
+        run_once(who, agent, queries[:10], within)
     p50s: dict[str, list[float]] = {k: [] for k in named}
     p95s: dict[str, list[float]] = {k: [] for k in named}
     ratios: dict[str, list[float]] = {k: [] for k in named}
@@ -84,13 +92,15 @@ def measure(retriever: Retriever, agent: str, queries: list[str], sessions: int,
     for r in range(runs):
         this: dict[str, float] = {}
         for label in labels[r % len(labels):] + labels[: r % len(labels)]:
-            times, empty = run_once(retriever, agent, queries, named[label])
+            who, within = named[label]
+            times, empty = run_once(who, agent, queries, within)
             this[label] = percentile(times, 50)
             p50s[label].append(this[label])
             p95s[label].append(percentile(times, 95))
             empties[label] += empty
         for label in labels:
-            ratios[label].append(this[label] / this["unfiltered"])
+            base = "unfiltered (other)" if label.endswith(" (other)") else "unfiltered"
+            ratios[label].append(this[label] / this[base])
     return {label: {"p50": statistics.median(p50s[label]), "p95": statistics.median(p95s[label]),
                     "p50_runs": p50s[label], "ratio_p50": statistics.median(ratios[label]),
                     "empty": empties[label] / runs}
@@ -107,6 +117,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--database-url", default=os.environ.get("ENGRAMDB_BENCH_DATABASE_URL"))
     ap.add_argument("--schema", help="schema name; reused (no load) when it already holds the data; kept")
     ap.add_argument("--with-embedder", action="store_true", help="embed each query with the offline model too")
+    ap.add_argument("--compare", help="importable package with another Retriever to measure alongside")
     args = ap.parse_args(argv)
     rng = np.random.default_rng(7)
     vocab = [f"w{i:04d}x" for i in range(2000)]
@@ -129,19 +140,23 @@ def main(argv: Sequence[str] | None = None) -> None:
             pool.wait()
             workers = open_worker_pool(url, schema)
             retriever = Retriever(pool, embedder, worker_pool=workers)
+            other = (importlib.import_module(args.compare).Retriever(pool, embedder, worker_pool=workers)
+                     if args.compare else None)
             queries = queries_for(args.size, args.queries, names[agent], vocab, centroids, embedder)
             before = load_text()
-            got = measure(retriever, agent, queries, args.sessions, args.runs)
+            got = measure(retriever, agent, queries, args.sessions, args.runs, other)
             print(f"\nfiltered vs unfiltered retrieve, {args.size} facts ({args.sessions} sessions, "
                   f"+{args.fillers} agents of 1k), {args.runs} runs x {args.queries} queries, "
                   f"{'WITH' if embedder.model is not None else 'without'} the query embedding")
-            print(f"{'contender':<21} {'p50 ms':>8} {'p95 ms':>8} {'x unfiltered p50':>17} {'empty':>6}  p50 per run")
+            print(f"{'contender':<29} {'p50 ms':>8} {'p95 ms':>8} {'x unfiltered p50':>17} {'empty':>6}  p50 per run")
             for label, s in got.items():
                 runs_txt = " ".join(f"{v:.1f}" for v in s["p50_runs"])
-                print(f"{label:<21} {s['p50']:8.1f} {s['p95']:8.1f} {s['ratio_p50']:17.2f} "
+                print(f"{label:<29} {s['p50']:8.1f} {s['p95']:8.1f} {s['ratio_p50']:17.2f} "
                       f"{s['empty']:6.1f}  {runs_txt}")
             print(f"{before} before, {load_text()} after")
             retriever.close()
+            if other is not None:
+                other.close()
             workers.close()
             pool.close()
         finally:

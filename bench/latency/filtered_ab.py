@@ -12,7 +12,7 @@ and data run each contender under four settings, interleaved and rotated every r
   (``subject_sweep.facts_merged`` answers no);
 - ``no-listed``: the narrowed neighbour walk tests each turn's metadata, not the listed turns
   (``Narrowing.listed_turns`` answers ``None``);
-- ``neither``: both off (the turns' worker still starts before the probe).
+- ``neither``: both off.
 
 ``--schema`` names a schema that ``bench.latency.filtered --schema NAME`` loaded (kept).
 Printed: each contender's median over runs of p50 (ms) per setting.
