@@ -281,7 +281,11 @@ class Retriever:
         selective = call.scope is not None and call.scope.selective
         if selective:  # the subject first: its facts may be read with the semantic ones
             names, swept = self._names_and_subject(call, conn)
-        merged = self._workers.concurrent and subject_sweep.facts_merged(call, swept if selective else None)
+        # merged only when the question's vector is already there (a cached or precomputed
+        # embedding): while it is still being embedded, the sweep's facts run beside it on
+        # the sweep's own vector instead of waiting for it after the embedding (ADR-0047)
+        merged = (self._workers.concurrent and subject_sweep.facts_merged(call, swept if selective else None)
+                  and call.f_embed.done())
         f_side, keyword = self._start_side_signals(call, conn, semantic=not merged)
         if not selective:
             names, swept = self._names_and_subject(call, conn)
