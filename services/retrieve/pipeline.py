@@ -310,10 +310,7 @@ class Retriever:
             call.trace.timings.setdefault("semantic", sem_ms)
         else:
             with call.trace.stage("semantic"):
-                semantic = (signals.semantic_facts(conn, call.agent_id, qvec, call.cfg, call.floor, call.as_of,
-                                                   self.exact_search_rows, call.small.get("mem_facts"),
-                                                   scope=call.scope)
-                            if qvec else [])
+                semantic = self._semantic_facts(conn, call, qvec)
         semantic, swept_facts = both if both is not None else (semantic, None)
         call.lists["fact_semantic"] = (FACT, [fid for fid, _ in semantic])
         call.trace.count(semantic=len(semantic), keyword=len(keyword), graph=len(graph_hits),
@@ -353,12 +350,17 @@ class Retriever:
         with call.trace.stage("semantic"):
             sweep_vec = _vector_or_none(started[1])
             if sweep_vec is None or call.scope is None:  # the sweep reports its error itself
-                return (signals.semantic_facts(conn, call.agent_id, qvec, call.cfg, call.floor, call.as_of,
-                                               self.exact_search_rows, call.small.get("mem_facts"), scope=call.scope)
-                        if qvec else []), None
+                return self._semantic_facts(conn, call, qvec), None
             fetch = subject_sweep.fetch_for(call.cfg.candidates.candidate_pool, call.cfg.sweeps.subject_sweep_per_session)
             return signals.semantic_and_swept_facts(conn, call.agent_id, qvec, sweep_vec, call.cfg, call.floor,
                                                     call.as_of, call.scope, fetch)
+
+    def _semantic_facts(self, conn: Any, call: RetrieveCall, qvec: str | None) -> list[tuple[str, float]]:
+        """The semantic signal on ``conn`` (none without the question's vector)."""
+        if not qvec:
+            return []
+        return signals.semantic_facts(conn, call.agent_id, qvec, call.cfg, call.floor, call.as_of,
+                                      self.exact_search_rows, call.small.get("mem_facts"), scope=call.scope)
 
     def _start_side_signals(
         self, call: RetrieveCall, conn: Any, semantic: bool = True
@@ -392,10 +394,7 @@ class Retriever:
                 return found, kw_ms, [], 0.0
             qv = call.query_vector()
             sem_start = time.perf_counter()
-            near = (signals.semantic_facts(side_conn, call.agent_id, qv, call.cfg, call.floor, call.as_of,
-                                           self.exact_search_rows, call.small.get("mem_facts"),
-                                           scope=call.scope)
-                    if qv else [])
+            near = self._semantic_facts(side_conn, call, qv)
         return found, kw_ms, near, ms(sem_start)
 
     def _sweep_signal(self, call: RetrieveCall, started: subject_sweep.Started, facts: bool) -> subject_sweep.Swept:
