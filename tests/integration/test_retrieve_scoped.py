@@ -363,7 +363,8 @@ def test_a_known_number_of_turns_spares_the_count(memory: Memory, agent_id: str,
     """``probe_counted``'s ``turns_known`` (a lower bound of the agent's turns that
     ``BroadVerdicts`` keeps, turns being append-only) decides the share without counting
     them; a bound too low to decide is counted past, as without one."""
-    slack = narrowing(RetrieveFilter.of(metadata={"channel": "slack"}))  # 2 of the 4 turns
+    # 2 of the 4 turns; through the source turns, so that a selective probe lists the facts
+    slack = narrowing(RetrieveFilter.of(metadata={"channel": "slack"}), fact_copy=False)
     assert slack is not None
     with _schema_conn(memory, pg_url) as conn:
         broad, passing, counted = scope_module.probe_counted(conn, agent_id, slack, cap=1000, share=0.3)
