@@ -73,6 +73,10 @@ class FactRow:
     times_retrieved: int = 0
     is_correction: bool = False
     event_versions: list[int] = field(default_factory=list)
+    # per known source turn, in ``source_message_ids`` order: {"s": session, "m": metadata}.
+    # Filled by the memory read model from the turns it has seen (facts filtered by turn
+    # scope without a join, ADR-0047); this fold leaves it empty: turns are other aggregates
+    source_scope: list[dict[str, Any]] = field(default_factory=list)
 
     def copy(self) -> FactRow:
         return replace(
@@ -80,6 +84,7 @@ class FactRow:
             decided_by=dict(self.decided_by),
             source_message_ids=list(self.source_message_ids),
             event_versions=list(self.event_versions),
+            source_scope=[dict(s) for s in self.source_scope],
         )
 
 

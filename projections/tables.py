@@ -63,6 +63,10 @@ class Table:
     # INDEX IF NOT EXISTS adds the new one beside), so the schema setup drops them; a table's
     # writes then maintain only the indexes ``indexes`` names
     retired_indexes: tuple[str, ...] = ()
+    # idempotent statements the schema setup runs after every table's DDL (so they may read
+    # the model's other tables): fill an ``added`` column from what an older database holds.
+    # Never run on a rebuild's shadow, which is built from the log
+    backfills: tuple[str, ...] = ()
 
     def embedded_expression(self, row: str) -> str:
         """SQL of the embedded string for rows aliased ``row``."""
@@ -141,6 +145,7 @@ def tables_ddl(
     for table in tables:
         out.extend(s for s in table.ddl(dimensions, vector_indexes=False)
                    if s not in table.functions)
+    out.extend(s for table in tables for s in table.backfills)
     if vector_indexes:
         for table in tables:
             out.extend(table.vector_index_sql())

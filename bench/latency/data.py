@@ -119,7 +119,8 @@ def load_agent(
         ages = rng.integers(0, 365, size=n)
         words = rng.integers(0, len(vocab), size=(n, 6))
         mid = (lambda j: f"{agent}:m{j}") if sessions else (lambda j: f"m{j}")
-        sources = ", source_message_ids" if sessions else ""
+        # the memory projector's copy of the source turn's scope (ADR-0047), as it would write it
+        sources = ", source_message_ids, source_scope" if sessions else ""
         with cur.copy(
             "COPY mem_facts (agent_id, fact_id, entity_key, fact_text, confidence, importance,"
             f" reinforcement_count, valid_from, recorded_at, embedding{sources}) FROM STDIN WITH (FORMAT BINARY)"
@@ -136,7 +137,7 @@ def load_agent(
                     "timestamptz",
                     "timestamptz",
                     "vector",
-                ] + (["text[]"] if sessions else [])
+                ] + (["text[]", "jsonb"] if sessions else [])
             )
             for i in range(n):
                 text = names[subject[i]] + " " + " ".join(vocab[w] for w in words[i])
@@ -153,7 +154,7 @@ def load_agent(
                     when,
                     vectors[i],
                 )
-                cp.write_row((*fact, [mid(i // 2)]) if sessions else fact)
+                cp.write_row((*fact, [mid(i // 2)], Jsonb([_turn_scope(i // 2, sessions)])) if sessions else fact)
         with cur.copy(
             "COPY mem_fact_entities (agent_id, fact_id, entity_key, is_primary) FROM STDIN"
         ) as cp:
@@ -205,13 +206,22 @@ def load_agent(
                     mvec[i],
                 ]
                 if sessions:
-                    row.append(Jsonb({"channel": "slack" if i % 2 else "email",
-                                      "tier": "gold" if i % 50 == 7 else "std",
-                                      "region": "eu" if _spread(i) < 0.02 else "us"}))
+                    row.append(Jsonb(_turn_scope(i, sessions)["m"]))
                 if has_record:
                     row.append(uuid.uuid4())
                 cp.write_row(row)
+        if sessions:
+            with cur.copy("COPY mem_turn_scopes (agent_id, message_id, scope) FROM STDIN") as cp:
+                for i in range(m):
+                    cp.write_row((agent, mid(i), Jsonb(_turn_scope(i, sessions))))
     return names
+
+
+def _turn_scope(i: int, sessions: int) -> dict[str, Any]:
+    """Turn ``i``'s session and metadata, as the memory projector copies them (``{"s", "m"}``)."""
+    return {"s": f"s{i % sessions}", "m": {"channel": "slack" if i % 2 else "email",
+                                          "tier": "gold" if i % 50 == 7 else "std",
+                                          "region": "eu" if _spread(i) < 0.02 else "us"}}
 
 
 def _spread(i: int) -> float:

@@ -238,15 +238,23 @@ def test_a_narrowing_picks_rows_and_leaves_their_scores_alone(store: Store) -> N
         store.fact("a", f"f{i:02d}", "person:ana", "tea " * (1 + i % 4) + f"fact {i}",
                    source_message_id=f"m{i:02d}")
     home = {f"m{i:02d}" for i in range(0, 12, 3)}
-    broad = narrowing(RetrieveFilter.of("s-home"))
-    assert broad is not None and not broad.selective
+    broad = narrowing(RetrieveFilter.of("s-home"), fact_copy=False)
+    copied = narrowing(RetrieveFilter.of("s-home"))
+    assert broad is not None and not broad.selective and copied is not None and copied.copied
     listed = Narrowing(broad.turn_sql, {**broad.params, "nwf": [f"f{m[1:]}" for m in home]}, True)
     with store.pool.connection() as conn:
+        # the rows were written here, not projected: the facts' copy of their turns' scope as
+        # the memory projector keeps it (ADR-0047)
+        conn.execute("UPDATE mem_facts f SET source_scope = (SELECT jsonb_agg(jsonb_build_object("
+                     "'s', m.session_id, 'm', m.metadata)) FROM mem_messages m WHERE m.agent_id = f.agent_id"
+                     " AND m.message_id = ANY(f.source_message_ids)) WHERE f.agent_id = 'a'")
         all_turns = dict(bm25_messages(conn, "a", "tea", None, 100))
         all_facts = dict(bm25_facts(conn, "a", "tea", None, 0.0, 100))
         turns = bm25_messages(conn, "a", "tea", None, 3, scope=broad)
         by_probe = bm25_facts(conn, "a", "tea", None, 0.0, 3, scope=broad)
         by_list = bm25_facts(conn, "a", "tea", None, 0.0, 3, scope=listed)
+        by_copy = bm25_facts(conn, "a", "tea", None, 0.0, 3, scope=copied)
+    assert by_copy == by_probe
     want_turns = sorted(home, key=lambda m: (-all_turns[m], m))[:3]
     assert ids(turns) == want_turns
     for doc_id, score in turns:

@@ -162,6 +162,13 @@ def test_rebuild_equals_incremental_and_never_re_embeds(pg_url: str, store: Any)
     usage = _columns(pg_url, schema, "mem_fact_usage", "importance, times_retrieved")
     assert {0.777, 0.53} <= {r[0] for r in usage} and any(r[1] == 2 for r in usage)
     assert any(r[0] for r in _columns(pg_url, schema, "mem_facts", "is_correction"))
+    # facts carry their turns' scopes (some recorded after the fact: fixed up) and confirmations'
+    scoped = _columns(pg_url, schema, "mem_facts", "source_message_ids, source_scope")
+    # ("m", the updates' source, is no turn: skipped)
+    assert all(s == [{"s": "s", "m": {"i": int(m[1:])}} for m in ids if m != "m"]
+               for ids, s in scoped)
+    assert any(len(s) == 2 and s[1]["m"] == {"i": int(ids[1][1:])} for ids, s in scoped)
+    assert incremental["mem_turn_scopes"]
     assert 0.55 in {r[0] for r in _columns(pg_url, schema, "mem_entities", "importance")}
     assert incremental["mem_patterns"]
     # reprocessed facts ended without hiding their turn; the records show it

@@ -141,17 +141,20 @@ def _schema_conn(memory: Memory, pg_url: str) -> psycopg.Connection[Any]:
     return conn
 
 
+@pytest.mark.parametrize("copied", [True, False])
 @pytest.mark.parametrize("selective", [False, True])
 def test_every_signal_statement_is_narrowed(memory: Memory, agent_id: str, pg_url: str,
-                                            selective: bool) -> None:
+                                            selective: bool, copied: bool) -> None:
     """Each signal on its own, asked with the other session's own words / entities: nothing of
     it comes back, while the same call unnarrowed finds it (both the probe-per-row and the
-    selective form of the fact predicate)."""
+    selective form of the fact predicate, each through the facts' own copy of their turns'
+    scope and through the turns themselves)."""
     cfg = RetrieveConfig()
     emb = HashEmbedder(384)
     home_text = SESSIONS["s-home"][0]
     qvec = vector_literal(emb.embed([home_text])[0])
-    base = narrowing(RetrieveFilter.of("s-work"))
+    base = narrowing(RetrieveFilter.of("s-work"), fact_copy=copied)
+    assert base is not None and base.copied is copied
     with _schema_conn(memory, pg_url) as conn:
         scope = probe(conn, agent_id, base, cap=1000 if selective else 0, share=1.0)
         assert scope is not None and scope.selective is selective
@@ -223,16 +226,18 @@ def test_explain_shows_the_narrowing_under_the_limit(memory: Memory, agent_id: s
             # turns, listed once per call by ``probe`` (``nwf``). BM25 scores against the whole
             # memory and keeps the passing hits (``keep``) or probes its scored rows in order
             if name == "bm25":
-                assert "fact_id = ANY(%(nwf)s" in sql or "nw.session_id = ANY" in sql, sql
+                assert "source_scope @> %(nwc)s" in sql, sql  # one session: the facts' own copy
                 marker = "Filter: keep" if "Filter: keep" in plan else "SubPlan"
                 assert plan.index("Limit") < plan.rindex(marker), (name, plan)
                 continue
             # selective: ``fact_id = ANY`` of the listed ids (the primary key finds them), or
             # joined to them (``IN (SELECT unnest(nwf))``: a ProjectSet of the list)
-            marker = next((m for m in ("session_id = ANY", "fact_id = ANY", "ProjectSet") if m in plan), "?")
-            assert marker in plan and "Limit" in plan, (name, plan)
+            # one session is one containment: the facts' own copy of their turns' scope
+            # (``source_scope``), tested on the row or found by its GIN index
+            marker = next((m for m in ("source_scope @>", "session_id = ANY", "fact_id = ANY", "ProjectSet")
+                           if m in plan), "?")
+            assert marker == "source_scope @>" and "Limit" in plan, (name, plan)
             assert plan.index("Limit") < plan.rindex(marker), (name, plan)
-            assert marker == "session_id = ANY" or params.get("nwf"), (name, params)
 
 
 def test_async_retrieve_takes_the_same_narrowing(memory: Memory, agent_id: str) -> None:
@@ -268,18 +273,20 @@ def test_probe_weighs_the_share_of_passing_turns(memory: Memory, agent_id: str, 
         assert empty is not None and empty.selective  # nothing passes: the exact search over nothing
 
 
+@pytest.mark.parametrize("copied", [False, True])
 @pytest.mark.parametrize("head", [1, 4])
 def test_broad_forms_return_the_same_nearest_facts(memory: Memory, agent_id: str, pg_url: str, head: int,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+                                                   copied: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """The exact nearest-facts branch under a broad narrowing tests its per-row probe late (on
     the rows in distance order until the limit passes, ``nearest_cte``'s ``late``): the same
     facts in the same order as the selective form, which tests it first — and only facts of
     a passing turn, for every limit; whether the ``head`` × limit nearest rows hold enough
-    passing ones (``LATE_HEAD``) or the statement goes on over all of them."""
+    passing ones (``LATE_HEAD``) or the statement goes on over all of them. Through the facts'
+    own copy of their turns' scope (``copied``) both forms test the row's column first."""
     monkeypatch.setattr(shared, "LATE_HEAD", head)
     cfg = RetrieveConfig()
     emb = HashEmbedder(384)
-    base = narrowing(RetrieveFilter.of(metadata={"channel": "slack"}))
+    base = narrowing(RetrieveFilter.of(metadata={"channel": "slack"}), fact_copy=copied)
     turns = {t.message_id: t.metadata for t in memory.list_messages(agent_id, limit=100).items}
     facts = {f.fact_id: f for f in memory.list_facts(agent_id, limit=100).items}
     passing = {fid for fid, f in facts.items()
@@ -356,7 +363,8 @@ def test_a_known_number_of_turns_spares_the_count(memory: Memory, agent_id: str,
     """``probe_counted``'s ``turns_known`` (a lower bound of the agent's turns that
     ``BroadVerdicts`` keeps, turns being append-only) decides the share without counting
     them; a bound too low to decide is counted past, as without one."""
-    slack = narrowing(RetrieveFilter.of(metadata={"channel": "slack"}))  # 2 of the 4 turns
+    # 2 of the 4 turns; through the source turns, so that a selective probe lists the facts
+    slack = narrowing(RetrieveFilter.of(metadata={"channel": "slack"}), fact_copy=False)
     assert slack is not None
     with _schema_conn(memory, pg_url) as conn:
         broad, passing, counted = scope_module.probe_counted(conn, agent_id, slack, cap=1000, share=0.3)
@@ -449,3 +457,55 @@ def _listed_walk_is_index_only(conn: Any, agent_id: str, anchors: list[str], lis
     assert len(walks) == 2, plan  # one walk a side
     assert all(re.search(r"Index Only Scan (Backward )?using mem_messages_session_order", line)
                for line in walks), plan
+
+
+CONTAINMENTS = [
+    ("s-home", None), (None, {"channel": "slack"}), (None, {"channel": {"eq": "email"}}),
+    ("s-hobby", {"channel": "slack"}), ("s-move", {"channel": "slack"}), (None, {"tags": ["home"]}),
+    (None, {"AND": [{"channel": "slack"}, {"tags": ["music"]}]}), (None, {"channel": "fax"}),
+]
+
+
+def test_a_facts_copy_of_its_turns_scope_passes_the_same_facts(memory: Memory, agent_id: str, pg_url: str) -> None:
+    """``scope_containment``: a filter that is one containment of a turn's scope tests facts on
+    their own ``source_scope`` copy — exactly the facts one of whose source turns passes, the
+    rule the source-turn test (``fact_copy=False``) spells out; both forms, every filter."""
+    with _schema_conn(memory, pg_url) as conn:
+        def passing(scope: Any, form: str) -> set[str]:
+            test = scope.fact("f") if form == "row" else scope.fact_by_key("f")
+            return {r[0] for r in conn.execute(
+                f"SELECT f.fact_id FROM mem_facts f WHERE f.agent_id = %(a)s AND {test}",
+                {"a": agent_id, **scope.params}).fetchall()}
+
+        seen = 0
+        for session, tree in CONTAINMENTS:
+            flt = RetrieveFilter.of(session, tree)
+            assert flt is not None
+            plain = probe(conn, agent_id, narrowing(flt, fact_copy=False), cap=1000, share=1.0)
+            for cap in (0, 1000):  # broad, selective
+                copied = probe(conn, agent_id, narrowing(flt), cap=cap, share=1.0)
+                assert copied is not None and copied.copied and plain is not None and not plain.copied
+                assert "nwf" not in copied.params  # nothing listed: the facts carry their scope
+                for form in ("row", "key"):
+                    assert passing(copied, form) == passing(plain, "row"), (session, tree, cap, form)
+            seen += bool(passing(plain, "row"))
+        assert seen >= 5, "most of these filters pass some facts"
+
+
+@pytest.mark.parametrize("overrides", RANKINGS)
+def test_a_retrieve_through_the_facts_copy_returns_what_the_turns_give(
+        memory: Memory, agent_id: str, overrides: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whole calls, both rankings, both forms of the fixture: the same facts, turns, scores and
+    context whether facts are narrowed by their own copy or through their source turns."""
+    from engramdb.services.retrieve import pipeline
+
+    def results(copy: bool) -> list[Any]:
+        monkeypatch.setattr(pipeline, "narrowing", lambda flt: narrowing(flt, fact_copy=copy))
+        out = []
+        for (session, tree), question in itertools.product(CONTAINMENTS[:7], ("Where does Ana live?", "cello")):
+            got = memory.retrieve(agent_id, question, session_id=session, metadata=tree, config_overrides=overrides)
+            out.append(([(f.fact_id, f.score) for f in got.facts], [(e.message_id, e.score) for e in got.events],
+                        got.context))
+        return out
+
+    assert results(True) == results(False)

@@ -11,7 +11,7 @@ from operator import attrgetter
 from typing import Any
 from uuid import UUID
 
-from engramdb.domain.aggregate import AgentMemory
+from engramdb.domain.aggregate import AgentMemory, MessageRecord
 from engramdb.domain.fold import FactFold
 from engramdb.domain.jobs import AgentJobs
 from engramdb.domain.keys import match_key
@@ -31,11 +31,13 @@ from engramdb.projections.read_models.memory.tables import (
     PATTERNS,
     REJECTIONS,
     RELATIONSHIPS,
+    TURN_SCOPES,
     community_row,
     hidden_message_rows,
     merge_relationship_rows,
     pattern_row,
     relationship_strength,
+    turn_scope,
 )
 
 
@@ -44,11 +46,13 @@ def _fact_tuple() -> Any:
     one C-level attrgetter (no dict per row — the bulk load's hot loop)."""
     columns = FACTS.row_columns
     get = attrgetter(*columns)
-    at = columns.index("decided_by")
+    at, scope = columns.index("decided_by"), columns.index("source_scope")
+    assert at < scope  # the two jsonb columns, in this order
 
     def values(row: Any) -> tuple[Any, ...]:
         v = get(row)
-        return (*v[:at], jsonb_bytes(row.decided_by), *v[at + 1:])
+        return (*v[:at], jsonb_bytes(row.decided_by), *v[at + 1:scope],
+                jsonb_bytes(row.source_scope), *v[scope + 1:])
 
     return values
 
@@ -67,12 +71,20 @@ class MemoryFold(BulkFold):
         self.forgotten: list[tuple[Any, ...]] = []
         self.patterns: dict[tuple[str, str], tuple[Any, ...]] = {}
         self.communities: dict[tuple[str, str], tuple[Any, ...]] = {}
+        self.turn_scopes: dict[tuple[str, str], dict[str, Any]] = {}
 
     def apply(self, event: Any) -> None:
+        if isinstance(event, MessageRecord.Recorded):  # turns are not the facts' fold's
+            super().apply(event)
+            return
         if not isinstance(event, (AgentMemory.Event, AgentJobs.Event)):
             return
         self.facts.apply(event)  # Opened teaches it the agent id first
         super().apply(event)
+
+    @handles(MessageRecord.Recorded)
+    def _recorded(self, e: MessageRecord.Recorded) -> None:
+        self.turn_scopes.setdefault((e.agent_id, e.message_id), turn_scope(e))
 
     @handles(AgentMemory.Opened)
     def _opened(self, e: AgentMemory.Opened) -> None:
@@ -183,6 +195,13 @@ class MemoryFold(BulkFold):
              e.originator_version)
         )
 
+    def _with_scope(self, row: Any) -> Any:
+        """The row with its final sources' scopes (the view's ``SOURCE_SCOPE``)."""
+        scopes = self.turn_scopes
+        row.source_scope = [scopes[k] for k in ((row.agent_id, m) for m in row.source_message_ids)
+                            if k in scopes]
+        return row
+
     def texts(self) -> list[str]:
         return [row.fact_text for row in self.facts.rows.values()]
 
@@ -190,7 +209,9 @@ class MemoryFold(BulkFold):
         if table == AGENTS.name:
             return [(oid, self.facts.agents[oid], at) for oid, at in self.opened.items()]
         if table == FACTS.name:
-            return map(_fact_tuple(), self.facts.rows.values())
+            return map(_fact_tuple(), map(self._with_scope, self.facts.rows.values()))
+        if table == TURN_SCOPES.name:
+            return [(a, m, jsonb_bytes(scope)) for (a, m), scope in self.turn_scopes.items()]
         if table == FACT_USAGE.name:
             columns = FACT_USAGE.row_columns
             return [tuple(vars(u)[c] for c in columns) for u in self.facts.usage.values()]

@@ -63,8 +63,11 @@ FACTS = Table(
         (EMBEDDING, VECTOR),
         # ADR-0019: the fact is the user's correction of another (``CorrectionNoted``)
         ("is_correction", "boolean NOT NULL DEFAULT false"),
+        # the source turns' scopes (``SOURCE_SCOPE``): facts filtered by session or metadata
+        # without joining ``mem_messages`` (ADR-0047)
+        ("source_scope", "jsonb NOT NULL DEFAULT '[]'::jsonb"),
     ),
-    added=("is_correction",),
+    added=("is_correction", "source_scope"),
     primary_key=("agent_id", "fact_id"),
     indexes=(
         "CREATE INDEX IF NOT EXISTS mem_facts_active ON mem_facts (agent_id, entity_key) "
@@ -84,6 +87,8 @@ FACTS = Table(
         search_index("mem_facts"),
         # a retrieve narrowed to few turns (a session, ADR-0047) finds their facts by source
         "CREATE INDEX IF NOT EXISTS mem_facts_sources ON mem_facts USING gin (source_message_ids)",
+        "CREATE INDEX IF NOT EXISTS mem_facts_scope ON mem_facts "
+        "USING gin (source_scope jsonb_path_ops)",
         stats_index("mem_facts", "fact_id",
                     ("confidence", "valid_from", "valid_to", "recorded_at", "invalidated_at")),
     ),
@@ -240,14 +245,68 @@ COMMUNITIES = Table(
     ),
 )
 
-TABLES = (AGENTS, FACTS, FACT_USAGE, PATTERNS, ENTITIES, ALIASES, RELATIONSHIPS, FACT_ENTITIES, REJECTIONS,
+# ``source_scope`` of the fact(s) whose agent and source ids are the SQL ``{agent}`` and
+# ``{ids}`` (text[]): the scopes of the known source turns, in source order, unknown skipped.
+# The one definition the inserts, the fix-ups and the backfill all use.
+SOURCE_SCOPE = (
+    "(SELECT coalesce(jsonb_agg(t.scope ORDER BY s.i), '[]'::jsonb) "
+    "FROM unnest({ids}) WITH ORDINALITY s(id, i) "
+    "JOIN mem_turn_scopes t ON t.agent_id = {agent} AND t.message_id = s.id)"
+)
+# ... for the ``mem_facts`` row aliased ``f``
+FACT_SOURCE_SCOPE = SOURCE_SCOPE.format(agent="f.agent_id", ids="f.source_message_ids")
+
+# A database whose facts predate ``source_scope``: copy the turns' scopes from the
+# conversation model once, then fill the column. Only when this model has no turn yet,
+# ``mem_messages`` exists (a fresh database has none: it is referenced only past that check,
+# as PL/pgSQL plans a statement when it first runs it) and some fact with sources has no
+# scope: a few probes otherwise. Schema setup only (``Table.backfills``): a rebuild's shadow
+# is built from the log.
+SCOPE_BACKFILL = (
+    "DO $$ DECLARE copied bigint; BEGIN "
+    "IF EXISTS (SELECT 1 FROM mem_turn_scopes) OR to_regclass('mem_messages') IS NULL "
+    "THEN RETURN; END IF; "
+    "IF NOT EXISTS (SELECT 1 FROM mem_facts WHERE source_message_ids <> '{}' "
+    "AND source_scope = '[]'::jsonb) THEN RETURN; END IF; "
+    "INSERT INTO mem_turn_scopes (agent_id, message_id, scope) "
+    "SELECT agent_id, message_id, jsonb_build_object('s', session_id, 'm', metadata) "
+    "FROM mem_messages ON CONFLICT DO NOTHING; "
+    "GET DIAGNOSTICS copied = ROW_COUNT; "
+    "IF copied > 0 THEN "
+    f"UPDATE mem_facts f SET source_scope = {FACT_SOURCE_SCOPE} "
+    "WHERE f.source_message_ids <> '{}'; "
+    "END IF; END $$"
+)
+
+# The scope of every turn this model has seen (``MessageRecord.Recorded``), kept here and
+# not read from ``mem_messages``: projectors advance independently, so a fact's scope must
+# not depend on how far the conversation projector got. Turns are immutable.
+TURN_SCOPES = Table(
+    "mem_turn_scopes",
+    columns=(
+        ("agent_id", "text NOT NULL"),
+        ("message_id", "text NOT NULL"),
+        ("scope", "jsonb NOT NULL"),
+    ),
+    primary_key=("agent_id", "message_id"),
+    backfills=(SCOPE_BACKFILL,),
+)
+
+TABLES = (AGENTS, FACTS, TURN_SCOPES, FACT_USAGE, PATTERNS, ENTITIES, ALIASES, RELATIONSHIPS, FACT_ENTITIES, REJECTIONS,
           HIDDEN_MESSAGES, FORGOTTEN, COMMUNITIES)
 
 def fact_values(row: FactRow) -> dict[str, Any]:
     """Column values of one ``mem_facts`` row (jsonb adapted), keyed by column."""
     values = dict(vars(row))
     values["decided_by"] = jsonb(row.decided_by)
+    values["source_scope"] = jsonb(row.source_scope)
     return values
+
+
+def turn_scope(e: Any) -> dict[str, Any]:
+    """A ``MessageRecord.Recorded``'s scope: what ``jsonb_build_object('s', session_id, 'm',
+    metadata)`` gives over its ``mem_messages`` row (a missing metadata stored as {})."""
+    return {"s": e.session_id, "m": e.metadata if e.metadata is not None else {}}
 
 
 def relationship_strength(mentions: int) -> float:

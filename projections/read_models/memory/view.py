@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from engramdb.domain.aggregate import AgentMemory
+from engramdb.domain.aggregate import AgentMemory, MessageRecord
 from engramdb.domain.fold import new_fact_row
 from engramdb.domain.jobs import AgentJobs
 from engramdb.domain.keys import match_key
@@ -21,20 +21,32 @@ from engramdb.projections.handlers import handles
 from engramdb.projections.libpq_pipeline import fetch_row, fetch_rows
 from engramdb.projections.read_model import ReadModelView, jsonb
 from engramdb.projections.read_models.memory.tables import (
+    FACT_SOURCE_SCOPE,
     FACTS,
+    SOURCE_SCOPE,
     TABLES,
     community_row,
     fact_values,
     hidden_message_rows,
     merge_relationship_rows,
     pattern_row,
+    turn_scope,
 )
 
+# ``source_scope`` is computed here from the turns this model has seen, not passed in
+_INSERTED_SCOPE = SOURCE_SCOPE.format(agent="%(agent_id)s", ids="%(source_message_ids)s::text[]")
 _FACT_INSERT = (
     f"INSERT INTO mem_facts ({', '.join(FACTS.row_columns)}, embedding) VALUES ("
-    + ", ".join(f"%({c})s" for c in FACTS.row_columns)
+    + ", ".join(_INSERTED_SCOPE if c == "source_scope" else f"%({c})s"
+                for c in FACTS.row_columns)
     + f", {CACHED_VECTOR_SQL})"
 )
+# ``FactConfirmed``: the row's sources with the confirming turn appended (once), and their scope
+_CONFIRMED_SOURCES = (
+    "CASE WHEN %(m)s::text IS NULL OR %(m)s::text = ANY(f.source_message_ids) "
+    "THEN f.source_message_ids ELSE array_append(f.source_message_ids, %(m)s::text) END"
+)
+_CONFIRMED_SCOPE = SOURCE_SCOPE.format(agent="f.agent_id", ids=_CONFIRMED_SOURCES)
 
 
 class MemoryView(ReadModelView):
@@ -66,6 +78,21 @@ class MemoryView(ReadModelView):
                 raise LookupError(f"agent aggregate {originator_id} has no Opened event projected")
             agent = self._agents[originator_id] = row["agent_id"]
         return agent
+
+    @handles(MessageRecord.Recorded)
+    def _recorded(self, curs: Any, e: MessageRecord.Recorded) -> None:
+        """Keep the turn's scope; a fact projected before its turn (rebuild agrees) is fixed
+        up — the GIN index on ``source_message_ids`` finds it."""
+        curs.execute(
+            "INSERT INTO mem_turn_scopes (agent_id, message_id, scope) VALUES (%s, %s, %s) "
+            "ON CONFLICT DO NOTHING",
+            (e.agent_id, e.message_id, jsonb(turn_scope(e))),
+        )
+        curs.execute(
+            f"UPDATE mem_facts f SET source_scope = {FACT_SOURCE_SCOPE} "
+            "WHERE f.agent_id = %s AND f.source_message_ids @> ARRAY[%s]::text[]",
+            (e.agent_id, e.message_id),
+        )
 
     @handles(AgentMemory.Opened)
     def _opened(self, curs: Any, e: AgentMemory.Opened) -> None:
@@ -200,12 +227,13 @@ class MemoryView(ReadModelView):
 
     @handles(AgentMemory.FactConfirmed)
     def _fact_confirmed(self, curs: Any, e: AgentMemory.FactConfirmed) -> None:
+        # the confirming turn joins the sources (once), and its scope the fact's: one UPDATE,
+        # both computed from the row's old sources (one new row version, not two)
         curs.execute(
-            "UPDATE mem_facts SET reinforcement_count = reinforcement_count + 1, "
+            "UPDATE mem_facts f SET reinforcement_count = reinforcement_count + 1, "
             "last_confirmed_at = GREATEST(last_confirmed_at, %(at)s), "
-            "source_message_ids = CASE WHEN %(m)s::text IS NULL "
-            "OR %(m)s::text = ANY(source_message_ids) THEN source_message_ids "
-            "ELSE array_append(source_message_ids, %(m)s::text) END, "
+            f"source_message_ids = {_CONFIRMED_SOURCES}, "
+            f"source_scope = {_CONFIRMED_SCOPE}, "
             "event_versions = array_append(event_versions, %(v)s) "
             "WHERE agent_id = %(a)s AND fact_id = %(f)s",
             {

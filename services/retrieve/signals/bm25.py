@@ -105,6 +105,8 @@ def _narrowed_facts(scope: Narrowing | None) -> tuple[str, str]:
     100k facts, ADR-0047); now only the rows read in score order until ``n`` pass do."""
     if scope is None:
         return "", ""
+    if scope.copied:  # the fact's own copy of its turns' scope, a column of the hit
+        return scope.fact("f"), ""
     if scope.selective:
         return "f.fact_id = ANY(%(nwf)s::text[])", ""
     return "", late_probe(f"SELECT true FROM mem_facts lf WHERE lf.agent_id = %(a)s AND lf.fact_id = s.id"

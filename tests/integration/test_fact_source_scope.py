@@ -1,0 +1,197 @@
+"""A fact keeps a copy of its source turns' scope (session and metadata, ``source_scope``),
+so facts can be filtered by their turns without joining ``mem_messages`` (ADR-0047).
+
+The memory projector keeps the turns' scopes itself (``mem_turn_scopes``): projectors advance
+independently. Checked through the live projector (a turn recorded before or after the fact
+that cites it, a confirmation adding a turn), against the bulk rebuild, on a database made
+before the column (schema setup fills it), and through erasure.
+Real PostgreSQL and projectors; the hashing embedder; events appended like ``test_rebuild``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from engramdb.domain.aggregate import MessageRecord
+from engramdb.domain.payloads import FactPayload
+from engramdb.infra.providers.scripted import HashEmbedder
+from engramdb.projections.rebuild import rebuild
+from engramdb.projections.runner import ProjectionSet
+from engramdb.services.memory.event_log import EventLog
+
+T0 = datetime(2024, 7, 1, 9, 0, tzinfo=UTC)
+BY = {"extractor": "test"}
+AGENT = "scope-agent"
+TURNS = {  # message id -> (session, metadata)
+    "m1": ("s1", {"topic": "tea", "n": 1}),
+    "m2": (None, {"k": "v", "tags": ["a", "b"]}),
+    "m3": ("s2", {}),
+    "m4": ("s1", {"late": True}),
+}
+SCOPE = {m: {"s": s, "m": meta} for m, (s, meta) in TURNS.items()}
+
+
+def turn(agent: str, mid: str, i: int) -> MessageRecord:
+    session, metadata = TURNS[mid]
+    return MessageRecord(agent_id=agent, message_id=mid, session_id=session, speaker="Ana",
+                         text=f"turn {mid}", occurred_at=T0 + timedelta(minutes=i),
+                         metadata=metadata)
+
+
+def fact(fid: str, text: str, sources: list[str]) -> FactPayload:
+    return FactPayload(
+        fact_id=fid, entity_key="person:ana", linked_entities=[], attribute_key=None, text=text,
+        category="general", confidence=0.8, importance=0.5, source_message_id=sources[0],
+        source_message_ids=sources, speaker="Ana", valid_from=T0, decided_by=BY,
+    )
+
+
+def story(app: EventLog, agent: str) -> int:
+    """Turns m1-m3 first; f1 cites m2, m1 and an unknown turn; f2 cites m4 before m4 is
+    recorded; f1 is confirmed by m3, then updated by f3 (citing m1)."""
+    for i, mid in enumerate(["m1", "m2", "m3"]):
+        app.save(turn(agent, mid, i))
+    mem = app.agent_memory(agent)
+    mem.register_entity("person:ana", "Ana", "person", "m1", BY)
+    mem.add_fact(fact("f1", "Ana likes tea", ["m2", "m1", "nowhere"]))
+    mem.add_fact(fact("f2", "Ana lives in Porto", ["m4"]))
+    app.save(mem)
+    app.save(turn(agent, "m4", 4))  # recorded after the fact that cites it
+    mem = app.agent_memory(agent)
+    mem.confirm_fact("f1", "m3", T0 + timedelta(minutes=5))
+    mem.confirm_fact("f1", "m3", T0 + timedelta(minutes=6))  # a source already: once
+    app.save(mem)
+    mem = app.agent_memory(agent)
+    mem.update_fact("f2", fact("f3", "Ana lives in Lisbon", ["m1"]))
+    return int(app.save(mem)[-1].notification.id)
+
+
+EXPECTED = {
+    "f1": [SCOPE["m2"], SCOPE["m1"], SCOPE["m3"]],
+    "f2": [SCOPE["m4"]],
+    "f3": [SCOPE["m1"]],
+}
+
+
+def scopes(url: str, schema: str) -> dict[str, list[dict[str, Any]]]:
+    with psycopg.connect(url) as conn:
+        conn.execute(f'SET search_path TO "{schema}", public')
+        rows = conn.execute("SELECT fact_id, source_scope FROM mem_facts WHERE agent_id = %s",
+                            (AGENT,)).fetchall()
+    return {fid: scope for fid, scope in rows}
+
+
+def turn_rows(url: str, schema: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(url) as conn:
+        conn.execute(f'SET search_path TO "{schema}", public')
+        return conn.execute("SELECT * FROM mem_turn_scopes ORDER BY 1, 2").fetchall()
+
+
+def test_facts_carry_their_turns_scope_live_and_rebuilt(pg_url: str, fresh_schema: Any) -> None:
+    schema, env = fresh_schema("scope")
+    app = EventLog(env)
+    try:
+        with ProjectionSet.start(EventLog, env, HashEmbedder()) as ps:
+            ps.wait(story(app, AGENT), timeout=30)
+        live = scopes(pg_url, schema)
+        assert live == EXPECTED
+        turns = turn_rows(pg_url, schema)
+        assert [(a, m, s) for a, m, s in turns] == [(AGENT, m, SCOPE[m]) for m in sorted(TURNS)]
+        # what the index is for: facts of a session / a metadata value, by containment
+        with psycopg.connect(pg_url) as conn:
+            conn.execute(f'SET search_path TO "{schema}", public')
+            found = conn.execute(
+                "SELECT fact_id FROM mem_facts WHERE source_scope @> %s ORDER BY 1",
+                (Jsonb([{"s": "s1"}]),)).fetchall()
+            assert [r[0] for r in found] == ["f1", "f2", "f3"]
+            found = conn.execute(
+                "SELECT fact_id FROM mem_facts WHERE source_scope @> %s ORDER BY 1",
+                (Jsonb([{"m": {"tags": ["b"]}}]),)).fetchall()
+            assert [r[0] for r in found] == ["f1"]
+
+        rebuild(EventLog, env, HashEmbedder())
+        assert scopes(pg_url, schema) == live
+        assert turn_rows(pg_url, schema) == turns
+    finally:
+        app.close()
+
+
+def test_schema_setup_fills_the_scopes_of_an_older_database(
+    pg_url: str, fresh_schema: Any
+) -> None:
+    """A database made before ``source_scope``: the column, its index and the turn table are
+    added by the next schema setup, and filled from ``mem_messages``."""
+    schema, env = fresh_schema("scope_old")
+    app = EventLog(env)
+    try:
+        with ProjectionSet.start(EventLog, env, HashEmbedder()) as ps:
+            ps.wait(story(app, AGENT), timeout=30)
+        assert scopes(pg_url, schema) == EXPECTED
+        turns = turn_rows(pg_url, schema)
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f'SET search_path TO "{schema}", public')
+            conn.execute("DROP INDEX mem_facts_scope")
+            conn.execute("ALTER TABLE mem_facts DROP COLUMN source_scope")
+            conn.execute("DROP TABLE mem_turn_scopes")
+        with ProjectionSet.start(EventLog, env, HashEmbedder()) as ps:
+            ps.wait(app.recorder.max_notification_id() or 0, timeout=30)
+        assert scopes(pg_url, schema) == EXPECTED
+        assert turn_rows(pg_url, schema) == turns
+        with psycopg.connect(pg_url) as conn:
+            conn.execute(f'SET search_path TO "{schema}", public')
+            index = conn.execute("SELECT to_regclass('mem_facts_scope')::text").fetchone()
+        assert index == ("mem_facts_scope",)
+        # a later setup finds nothing to do and changes nothing
+        with ProjectionSet.start(EventLog, env, HashEmbedder()):
+            pass
+        assert scopes(pg_url, schema) == EXPECTED
+    finally:
+        app.close()
+
+
+def test_erasing_an_agent_drops_its_turn_scopes(fresh_schema: Any) -> None:
+    from engramdb.services.memory.facade import Memory
+
+    schema_env = fresh_schema("scope_erase")
+    with Memory.open(env=schema_env.env, embedder=HashEmbedder(384), llm=None,
+                     quiet=True) as memory:
+        memory.write("gone", "I like tea.", speaker="Ana", session_id="s", metadata={"x": 1})
+        memory.write("kept", "I like coffee.", speaker="Bo", session_id="t", metadata={"y": 2})
+        memory.wait_for_projections()
+        url = memory.database.url
+
+        def agents() -> list[str]:
+            with psycopg.connect(url) as conn:
+                conn.execute(f'SET search_path TO "{memory.schema}", public')
+                rows = conn.execute("SELECT agent_id, scope FROM mem_turn_scopes").fetchall()
+            return sorted(f"{a}:{s['s']}" for a, s in rows)
+
+        assert agents() == ["gone:s", "kept:t"]
+        result = memory.erase_agent("gone")
+        memory.wait_for_projections(result.position)
+        assert agents() == ["kept:t"]
+
+
+def test_the_backfill_skips_a_database_without_messages(pg_url: str, fresh_schema: Any) -> None:
+    """The memory model's setup alone (no ``mem_messages`` yet), facts with sources and no
+    scope: nothing to copy from, and the setup does not fail."""
+    from engramdb.projections.read_models import BY_NAME
+
+    schema, _env = fresh_schema("scope_fresh")
+    ddl = BY_NAME["memory"].ddl(8, vector_indexes=False)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'SET search_path TO "{schema}", public')
+        for statement in ddl:
+            conn.execute(statement)
+        conn.execute(
+            "INSERT INTO mem_facts (agent_id, fact_id, entity_key, fact_text, confidence, "
+            "valid_from, recorded_at, source_message_ids) "
+            "VALUES ('a', 'f', 'person:ana', 'x', 0.5, now(), now(), ARRAY['m1'])")
+        for statement in ddl:
+            conn.execute(statement)
+        row = conn.execute("SELECT source_scope FROM mem_facts").fetchone()
+    assert row == ([],)
