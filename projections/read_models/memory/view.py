@@ -82,7 +82,9 @@ class MemoryView(ReadModelView):
     @handles(MessageRecord.Recorded)
     def _recorded(self, curs: Any, e: MessageRecord.Recorded) -> None:
         """Keep the turn's scope; a fact projected before its turn (rebuild agrees) is fixed
-        up — the GIN index on ``source_message_ids`` finds it."""
+        up — the GIN index on ``source_message_ids`` finds it. The agent test is written
+        ``IS TRUE`` so that no plan ANDs the agent's btree into the bitmap: a generic plan did,
+        reading all 100k index entries of a large agent (8 ms a turn) to find none."""
         curs.execute(
             "INSERT INTO mem_turn_scopes (agent_id, message_id, scope) VALUES (%s, %s, %s) "
             "ON CONFLICT DO NOTHING",
@@ -90,8 +92,8 @@ class MemoryView(ReadModelView):
         )
         curs.execute(
             f"UPDATE mem_facts f SET source_scope = {FACT_SOURCE_SCOPE} "
-            "WHERE f.agent_id = %s AND f.source_message_ids @> ARRAY[%s]::text[]",
-            (e.agent_id, e.message_id),
+            "WHERE f.source_message_ids @> ARRAY[%s]::text[] AND (f.agent_id = %s) IS TRUE",
+            (e.message_id, e.agent_id),
         )
 
     @handles(AgentMemory.Opened)
