@@ -68,6 +68,13 @@ class MetadataFilter:
             if op in ("contains", "icontains") and not isinstance(arg, str | int | float | bool):
                 raise ValueError(f"{path}.{op}: must be a string or a scalar")
 
+    def equalities(self) -> dict[str, Any] | None:
+        """The tree as ONE object when it is only ANDed equalities on distinct keys (``None``
+        otherwise): then ``column @> that object`` is the whole predicate, since each equality
+        is ``column @> {key: value}`` (``_eq``). Used where one containment can be tested
+        against a copy of the metadata (a fact's ``source_scope``, ADR-0047)."""
+        return _equalities(self.tree)
+
     def sql(self, column: str, params: dict[str, Any]) -> str:
         """The predicate over ``column`` (a jsonb expression); binds go into ``params``."""
         return self._node(self.tree, column, params)
@@ -113,3 +120,28 @@ class MetadataFilter:
         element = self._bind(params, json.dumps([arg]))
         return (f"(CASE jsonb_typeof({col} -> {k}) WHEN 'string' THEN ({col} ->> {k}) {like} "
                 f"{pattern} WHEN 'array' THEN ({col} -> {k}) @> {element}::jsonb ELSE false END)")
+
+
+def _equalities(node: dict[str, Any]) -> dict[str, Any] | None:
+    out: dict[str, Any] = {}
+
+    def put(key: str, value: Any) -> bool:
+        if key in out:
+            return False
+        out[key] = value
+        return True
+
+    for key, value in node.items():
+        if key == "AND":
+            for sub in value:
+                inner = _equalities(sub)
+                if inner is None or not all(put(k, v) for k, v in inner.items()):
+                    return None
+        elif key in _LOGIC:  # OR, NOT
+            return None
+        elif isinstance(value, dict):
+            if set(value) != {"eq"} or not put(key, value["eq"]):
+                return None
+        elif not put(key, value):
+            return None
+    return out

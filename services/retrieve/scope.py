@@ -137,37 +137,11 @@ def scope_containment(flt: RetrieveFilter) -> dict[str, Any] | None:
     if flt.session_ids:
         element["s"] = flt.session_ids[0]
     if flt.metadata:
-        equal = _equalities(dict(flt.metadata))
+        equal = MetadataFilter(dict(flt.metadata)).equalities()
         if equal is None:
             return None
         element["m"] = equal
     return element or None
-
-
-def _equalities(node: dict[str, Any]) -> dict[str, Any] | None:
-    """A filter tree that is only ANDed equalities, as one object (``None`` otherwise)."""
-    out: dict[str, Any] = {}
-
-    def put(key: str, value: Any) -> bool:
-        if key in out:
-            return False
-        out[key] = value
-        return True
-
-    for key, value in node.items():
-        if key == "AND":
-            for sub in value:
-                inner = _equalities(sub)
-                if inner is None or not all(put(k, v) for k, v in inner.items()):
-                    return None
-        elif key in ("OR", "NOT"):
-            return None
-        elif isinstance(value, dict):
-            if set(value) != {"eq"} or not put(key, value["eq"]):
-                return None
-        elif not put(key, value):
-            return None
-    return out
 
 
 def probe(conn: Any, agent_id: str, scope: Narrowing | None, cap: int | None = None,
