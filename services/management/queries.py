@@ -12,6 +12,7 @@ in the list, and rows added meanwhile do not shift later pages).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -45,18 +46,44 @@ _FACT_COLUMNS = (
     "f.reinforcement_count, f.supersedes_fact_id, f.superseded_by, f.source_message_ids, "
     "f.decided_by, f.speaker, "
     # a fact inherits its source turns' metadata (issue 24): a key's value comes from the
-    # earliest source that has it (the fact's own message first)
+    # earliest source that has it (the fact's own message first), read from the fact's copy
+    # of its source turns' scopes (``fact_scope_tests``)
     "(SELECT coalesce(jsonb_object_agg(kv.key, kv.value), '{}'::jsonb) FROM ("
-    "SELECT DISTINCT ON (e.key) e.key, e.value FROM unnest(f.source_message_ids) "
-    "WITH ORDINALITY s(mid, ord) JOIN mem_messages sm ON sm.agent_id = f.agent_id "
-    "AND sm.message_id = s.mid, jsonb_each(sm.metadata) e ORDER BY e.key, s.ord) kv) AS metadata"
+    "SELECT DISTINCT ON (e.key) e.key, e.value FROM jsonb_array_elements(f.source_scope) "
+    "WITH ORDINALITY s(turn, ord), jsonb_each(coalesce(s.turn -> 'm', '{}'::jsonb)) e "
+    "ORDER BY e.key, s.ord) kv) AS metadata"
 )
 
-# facts whose source turns' metadata satisfy a metadata filter (services/management/metadata_filter.py)
-_FACT_METADATA = (
-    "EXISTS (SELECT 1 FROM mem_messages sm WHERE sm.agent_id = f.agent_id "
-    "AND sm.message_id = ANY(f.source_message_ids) AND ({}))"
-)
+
+def fact_scope_tests(params: dict[str, Any], session: str | None = None,
+                     metadata: MetadataFilter | None = None) -> list[str]:
+    """Predicates over the fact ``f``: ONE of its source turns is in ``session``; ONE (maybe
+    another) of them matches ``metadata``.
+
+    A session, and a filter of ANDed equalities (``MetadataFilter.equalities``, Mem0's usual
+    ``{"user_id": ...}``), are each one containment of the fact's own copy of its source
+    turns' scopes (``mem_facts.source_scope``: ``{"s": session, "m": metadata}`` per source
+    turn the memory model has seen, in source order, ADR-0047), which its GIN index answers
+    and the planner estimates from the column's statistics. Through ``mem_messages`` a page
+    of a 2 % filter at 100k facts took 154–182 ms once prepared, a filter no turn matches
+    94 ms; through the copy 2.9–3.4 ms and 0.7 ms. Other trees (OR, NOT, in, contains, ...)
+    keep the source-turn test: tested on each copied turn instead, a filter nothing passes
+    costs the whole agent's facts one by one (195 vs 39 ms, where the planner semi-joins the
+    few passing turns)."""
+    tests: list[str] = []
+    if session is not None:
+        params["scope_session"] = json.dumps([{"s": session}])
+        tests.append("f.source_scope @> %(scope_session)s::jsonb")
+    if metadata is not None:
+        equal = metadata.equalities()
+        if equal is not None:
+            params["scope_metadata"] = json.dumps([{"m": equal}])
+            tests.append("f.source_scope @> %(scope_metadata)s::jsonb")
+        else:
+            tests.append("EXISTS (SELECT 1 FROM mem_messages sm WHERE sm.agent_id = f.agent_id "
+                         f"AND sm.message_id = ANY(f.source_message_ids) AND ({metadata.sql('sm.metadata', params)}))")
+    return tests
+
 
 # a turn is hidden from retrieval when a retraction or "forget the agent" hid it (ADR-0016)
 _HIDDEN = (
@@ -66,9 +93,13 @@ _HIDDEN = (
 )
 
 
-def _rows(pool: ConnectionPool, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+def _rows(pool: ConnectionPool, sql: str, params: dict[str, Any],
+          custom_plan: bool = False) -> list[dict[str, Any]]:
+    """``custom_plan``: never prepared, so planned with the values (a filter's share of the
+    rows decides between walking the keyset index and the scopes' GIN index; a generic plan
+    would fix one choice for every value)."""
     with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(sql, params)
+        cur.execute(sql, params, prepare=False if custom_plan else None)
         return cur.fetchall()
 
 
@@ -106,8 +137,7 @@ def list_facts(
     check_agent_id(agent_id)
     params: dict[str, Any] = {"a": agent_id, "n": flt.limit + 1}
     where = ["f.agent_id = %(a)s"]
-    if metadata is not None:
-        where.append(_FACT_METADATA.format(metadata.sql("sm.metadata", params)))
+    where += fact_scope_tests(params, flt.session, metadata)
     status = flt.status or ("all" if flt.valid_at or flt.as_of else "active")
     if status != "all":
         where.append("f.status = %(status)s")
@@ -117,12 +147,6 @@ def list_facts(
         where.append(
             "EXISTS (SELECT 1 FROM mem_fact_entities fe WHERE fe.agent_id = f.agent_id "
             "AND fe.fact_id = f.fact_id AND fe.entity_key = ANY(%(ents)s))"
-        )
-    if flt.session is not None:
-        params["session"] = flt.session
-        where.append(
-            "EXISTS (SELECT 1 FROM mem_messages m WHERE m.agent_id = f.agent_id "
-            "AND m.message_id = ANY(f.source_message_ids) AND m.session_id = %(session)s)"
         )
     if flt.speaker is not None:
         params["speaker"] = flt.speaker.lower()
@@ -147,6 +171,7 @@ def list_facts(
         f"SELECT {_FACT_COLUMNS} FROM mem_facts f WHERE {' AND '.join(where)} "
         "ORDER BY f.recorded_at, f.fact_id LIMIT %(n)s",
         params,
+        custom_plan=flt.session is not None or metadata is not None,
     )
     items = [FactItem.model_validate(r) for r in rows]
     return Page[FactItem](**_page(items, flt.limit, lambda f: (f.recorded_at, f.fact_id)))
@@ -196,7 +221,7 @@ def list_entities(pool: ConnectionPool, agent_id: str, page: PageParams,
     params: dict[str, Any] = {"a": agent_id, "n": page.limit + 1, "c": ""}
     if page.cursor is not None:
         (params["c"],) = decode_cursor(page.cursor, (str,))
-    passing = "" if metadata is None else " AND " + _FACT_METADATA.format(metadata.sql("sm.metadata", params))
+    passing = "".join(f" AND {t}" for t in fact_scope_tests(params, metadata=metadata))
     about = ("FROM mem_fact_entities fe JOIN mem_facts f ON f.agent_id = fe.agent_id "
              "AND f.fact_id = fe.fact_id AND f.status = 'active' WHERE fe.agent_id = e.agent_id "
              f"AND fe.entity_key = e.entity_key{passing}")
@@ -214,6 +239,7 @@ def list_entities(pool: ConnectionPool, agent_id: str, page: PageParams,
         f"AND e.entity_key > %(c)s{'' if metadata is None else f' AND EXISTS (SELECT 1 {about})'} "
         "ORDER BY e.entity_key LIMIT %(n)s",
         params,
+        custom_plan=metadata is not None,
     )
     items = [EntityItem.model_validate(r) for r in rows]
     return Page[EntityItem](**_page(items, page.limit, lambda e: (e.entity_key,)))

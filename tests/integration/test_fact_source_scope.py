@@ -195,3 +195,91 @@ def test_the_backfill_skips_a_database_without_messages(pg_url: str, fresh_schem
             conn.execute(statement)
         row = conn.execute("SELECT source_scope FROM mem_facts").fetchone()
     assert row == ([],)
+
+
+# Lists (``services/management/queries.py``) read a fact's inherited session and metadata
+# from this copy. The form they replaced — through ``mem_messages``, row by row — is the
+# reference: the same facts pass and the same metadata comes back, for every filter shape.
+_THROUGH_TURNS_METADATA = (
+    "(SELECT coalesce(jsonb_object_agg(kv.key, kv.value), '{}'::jsonb) FROM ("
+    "SELECT DISTINCT ON (e.key) e.key, e.value FROM unnest(f.source_message_ids) "
+    "WITH ORDINALITY s(mid, ord) JOIN mem_messages sm ON sm.agent_id = f.agent_id "
+    "AND sm.message_id = s.mid, jsonb_each(sm.metadata) e ORDER BY e.key, s.ord) kv)"
+)
+LIST_FILTERS: list[tuple[str | None, dict[str, Any] | None]] = [
+    (None, None),
+    ("s1", None),
+    ("s2", None),
+    ("nowhere", None),
+    (None, {"topic": "tea"}),
+    (None, {"topic": "tea", "n": 1}),
+    (None, {"k": "v", "n": 1}),  # on two different turns of f1: no single turn passes
+    (None, {"AND": [{"topic": "tea"}, {"n": {"eq": 1}}]}),
+    (None, {"late": True}),
+    (None, {"tags": {"contains": "a"}}),
+    (None, {"topic": {"icontains": "TE"}}),
+    (None, {"n": {"in": [1, 2]}}),
+    (None, {"topic": {"ne": "tea"}}),
+    (None, {"NOT": [{"topic": "tea"}]}),
+    (None, {"OR": [{"topic": "tea"}, {"late": True}]}),
+    (None, {"k": {"nin": ["v"]}}),
+    ("s2", {"topic": "tea"}),  # f1: one turn in s2 (m3), another about tea (m1)
+    ("s1", {"k": "v"}),
+]
+
+
+def through_turns(url: str, schema: str, session: str | None,
+                  metadata: dict[str, Any] | None) -> list[tuple[str, dict[str, Any]]]:
+    from engramdb.services.management.metadata_filter import MetadataFilter
+
+    params: dict[str, Any] = {"a": AGENT}
+    where = ["f.agent_id = %(a)s"]
+    if session is not None:
+        params["session"] = session
+        where.append("EXISTS (SELECT 1 FROM mem_messages m WHERE m.agent_id = f.agent_id"
+                     " AND m.message_id = ANY(f.source_message_ids) AND m.session_id = %(session)s)")
+    if metadata is not None:
+        passes = MetadataFilter(metadata).sql("sm.metadata", params)
+        where.append("EXISTS (SELECT 1 FROM mem_messages sm WHERE sm.agent_id = f.agent_id"
+                     f" AND sm.message_id = ANY(f.source_message_ids) AND ({passes}))")
+    with psycopg.connect(url) as conn:
+        conn.execute(f'SET search_path TO "{schema}", public')
+        rows = conn.execute(
+            f"SELECT f.fact_id, {_THROUGH_TURNS_METADATA} FROM mem_facts f WHERE {' AND '.join(where)}"
+            " ORDER BY f.recorded_at, f.fact_id", params).fetchall()
+    return [(fid, meta) for fid, meta in rows]
+
+
+def test_lists_filter_and_show_metadata_through_the_copy_as_through_the_turns(
+        pg_url: str, fresh_schema: Any) -> None:
+    from psycopg_pool import ConnectionPool
+
+    from engramdb.services.management.metadata_filter import MetadataFilter
+    from engramdb.services.management.models import FactFilter, PageParams
+    from engramdb.services.management.queries import list_entities, list_facts
+
+    schema, env = fresh_schema("scopelist")
+    app = EventLog(env)
+    pool = ConnectionPool(pg_url, min_size=1, max_size=2, open=True,
+                          kwargs={"options": f"-c search_path={schema},public"})
+    try:
+        with ProjectionSet.start(EventLog, env, HashEmbedder()) as ps:
+            ps.wait(story(app, AGENT), timeout=30)
+        passed: set[str] = set()
+        for session, metadata in LIST_FILTERS:
+            expected = through_turns(pg_url, schema, session, metadata)
+            flt = None if metadata is None else MetadataFilter(metadata)
+            for _ in range(7):  # past psycopg's prepare threshold: every plan gives the same rows
+                page = list_facts(pool, AGENT, FactFilter(status="all", session=session, limit=50), flt)
+                got = [(f.fact_id, f.metadata) for f in page.items]
+                assert got == expected, (session, metadata)
+            passed |= {fid for fid, _ in got}
+            if session is None and flt is not None:
+                entities = list_entities(pool, AGENT, PageParams(limit=50), flt).items
+                active = [fid for fid, _ in expected if fid != "f2"]  # f2 was superseded by f3
+                assert [(e.entity_key, e.active_facts) for e in entities] == (
+                    [("person:ana", len(active))] if active else [])
+        assert passed == {"f1", "f2", "f3"}  # the filters tell the facts apart
+    finally:
+        pool.close()
+        app.close()

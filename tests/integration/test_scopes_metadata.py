@@ -100,21 +100,22 @@ def test_the_filter_is_inside_the_sql_before_the_limit(two_users: Any, pg_url: s
     sent: list[tuple[str, dict[str, Any]]] = []
     real = queries._rows
 
-    def spy(pool: Any, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    def spy(pool: Any, sql: str, params: dict[str, Any], **kw: Any) -> list[dict[str, Any]]:
         sent.append((sql, dict(params)))
-        return real(pool, sql, params)
+        return real(pool, sql, params, **kw)
 
     monkeypatch.setattr(queries, "_rows", spy)
     page = mem0.memory.list_facts(f"user:{ana}", metadata={"channel": "email"}, limit=1)
     assert [f.text.rstrip(".") for f in page.items] == ["Ana loves jazz"]  # not cut by LIMIT 1
     sql, params = next((s, p) for s, p in sent if "FROM mem_facts f" in s)
-    assert "sm.metadata @>" in sql and "LIMIT" in sql
+    # on the facts' own copy of their source turns' scopes (ADR-0047)
+    assert "f.source_scope @>" in sql and "LIMIT" in sql
     schema = mem0.memory.cells[0].schema
     with psycopg.connect(pg_url) as conn:
         conn.execute(f'SET search_path TO "{schema}", public')
         plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql, params).fetchall())
-    assert "metadata @>" in plan and "Limit" in plan, plan
-    assert plan.index("Limit") < plan.index("metadata @>"), plan  # the filter runs under the limit
+    assert "source_scope @>" in plan and "Limit" in plan, plan
+    assert plan.index("Limit") < plan.index("source_scope @>"), plan  # the filter runs under the limit
 
 
 def test_search_narrowed_below_the_memory_filters_inside_retrieve(two_users: Any) -> None:
