@@ -35,7 +35,9 @@ import importlib
 import os
 import statistics
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -107,6 +109,46 @@ def measure(retriever: Retriever, agent: str, queries: list[str], sessions: int,
             for label in labels}
 
 
+@dataclass
+class BenchData:
+    """The loaded (or reused) schema of one run and what the queries are drawn from."""
+
+    url: str
+    schema: str
+    agent: str
+    names: dict[str, list[str]]
+    vocab: list[str]
+    centroids: Any
+
+
+@contextmanager
+def bench_data(args: argparse.Namespace, prefix: str) -> Iterator[BenchData]:
+    """The data of ``args`` (``--size``, ``--sessions``, ``--fillers``, ``--database-url``,
+    ``--schema``): ``--schema`` is reused when it exists and always kept; otherwise a new
+    schema named ``prefix_…`` is loaded and dropped at the end. Shared by this bench and
+    ``bench.latency.filtered_lists``, so both measure the same rows."""
+    rng = np.random.default_rng(7)
+    vocab = [f"w{i:04d}x" for i in range(2000)]
+    centroids = unit(rng.normal(size=(400, DIM)).astype(np.float32))
+    schema = args.schema or f"{prefix}_{uuid.uuid4().hex[:8]}"
+    agent = f"bench-{args.size}"
+    with database_url(args.database_url) as url:
+        try:
+            with psycopg.connect(url, autocommit=True) as conn:
+                exists = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone()
+            if exists:
+                names = {agent: entity_names(args.size, vocab)}
+                print(f"reusing schema {schema}")
+            else:
+                names = load_schema(url, schema, [args.size], args.fillers, rng, centroids, vocab,
+                                    sessions=args.sessions)
+            yield BenchData(url, schema, agent, names, vocab, centroids)
+        finally:
+            if not args.schema:
+                with psycopg.connect(url, autocommit=True) as conn:
+                    conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--size", type=int, default=100_000)
@@ -119,51 +161,33 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--with-embedder", action="store_true", help="embed each query with the offline model too")
     ap.add_argument("--compare", help="importable package with another Retriever to measure alongside")
     args = ap.parse_args(argv)
-    rng = np.random.default_rng(7)
-    vocab = [f"w{i:04d}x" for i in range(2000)]
-    centroids = unit(rng.normal(size=(400, DIM)).astype(np.float32))
-    schema = args.schema or f"bench_flt_{uuid.uuid4().hex[:8]}"
-    agent = f"bench-{args.size}"
-    with database_url(args.database_url) as url:
-        try:
-            with psycopg.connect(url, autocommit=True) as conn:
-                exists = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone()
-            if exists:
-                names = {agent: entity_names(args.size, vocab)}
-                print(f"reusing schema {schema}")
-            else:
-                names = load_schema(url, schema, [args.size], args.fillers, rng, centroids, vocab,
-                                    sessions=args.sessions)
-            embedder = InLoopEmbedder(load_model(not args.with_embedder))
-            pool = ConnectionPool(url, min_size=6, max_size=8,
-                                  kwargs={"options": f"-c search_path={schema},public"})
-            pool.wait()
-            workers = open_worker_pool(url, schema)
-            retriever = Retriever(pool, embedder, worker_pool=workers)
-            other = (importlib.import_module(args.compare).Retriever(pool, embedder, worker_pool=workers)
-                     if args.compare else None)
-            queries = queries_for(args.size, args.queries, names[agent], vocab, centroids, embedder)
-            before = load_text()
-            got = measure(retriever, agent, queries, args.sessions, args.runs, other)
-            print(f"\nfiltered vs unfiltered retrieve, {args.size} facts ({args.sessions} sessions, "
-                  f"+{args.fillers} agents of 1k), {args.runs} runs x {args.queries} queries, "
-                  f"{'WITH' if embedder.model is not None else 'without'} the query embedding")
-            print(f"{'contender':<29} {'p50 ms':>8} {'p95 ms':>8} {'x unfiltered p50':>17} {'empty':>6}  p50 per run")
-            for label, s in got.items():
-                runs_txt = " ".join(f"{v:.1f}" for v in s["p50_runs"])
-                print(f"{label:<29} {s['p50']:8.1f} {s['p95']:8.1f} {s['ratio_p50']:17.2f} "
-                      f"{s['empty']:6.1f}  {runs_txt}")
-            print(f"{before} before, {load_text()} after")
-            retriever.close()
-            if other is not None:
-                other.close()
-            workers.close()
-            pool.close()
-        finally:
-            if not args.schema:
-                with psycopg.connect(url, autocommit=True) as conn:
-                    conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
-
+    with bench_data(args, "bench_flt") as data:
+        url, schema, agent = data.url, data.schema, data.agent
+        embedder = InLoopEmbedder(load_model(not args.with_embedder))
+        pool = ConnectionPool(url, min_size=6, max_size=8,
+                              kwargs={"options": f"-c search_path={schema},public"})
+        pool.wait()
+        workers = open_worker_pool(url, schema)
+        retriever = Retriever(pool, embedder, worker_pool=workers)
+        other = (importlib.import_module(args.compare).Retriever(pool, embedder, worker_pool=workers)
+                 if args.compare else None)
+        queries = queries_for(args.size, args.queries, data.names[agent], data.vocab, data.centroids, embedder)
+        before = load_text()
+        got = measure(retriever, agent, queries, args.sessions, args.runs, other)
+        print(f"\nfiltered vs unfiltered retrieve, {args.size} facts ({args.sessions} sessions, "
+              f"+{args.fillers} agents of 1k), {args.runs} runs x {args.queries} queries, "
+              f"{'WITH' if embedder.model is not None else 'without'} the query embedding")
+        print(f"{'contender':<29} {'p50 ms':>8} {'p95 ms':>8} {'x unfiltered p50':>17} {'empty':>6}  p50 per run")
+        for label, s in got.items():
+            runs_txt = " ".join(f"{v:.1f}" for v in s["p50_runs"])
+            print(f"{label:<29} {s['p50']:8.1f} {s['p95']:8.1f} {s['ratio_p50']:17.2f} "
+                  f"{s['empty']:6.1f}  {runs_txt}")
+        print(f"{before} before, {load_text()} after")
+        retriever.close()
+        if other is not None:
+            other.close()
+        workers.close()
+        pool.close()
 
 if __name__ == "__main__":
     main()

@@ -22,19 +22,14 @@ import importlib
 import os
 import statistics
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
-import psycopg
-from psycopg import sql
 from psycopg_pool import ConnectionPool
 
-from bench.latency.data import DIM, load_schema, unit
+from bench.latency.filtered import bench_data
 from bench.latency.report import percentile
 from bench.latency.retrieve import load_text
-from bench.shared.throwaway_db import database_url
 
 PAGE = 50
 # label -> (session, metadata filter tree)
@@ -105,39 +100,23 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--schema", help="schema name; reused (no load) when it already holds the data; kept")
     ap.add_argument("--compare", help="an earlier commit exported as another package, measured alongside")
     args = ap.parse_args(argv)
-    rng = np.random.default_rng(7)
-    vocab = [f"w{i:04d}x" for i in range(2000)]
-    centroids = unit(rng.normal(size=(400, DIM)).astype(np.float32))
-    schema = args.schema or f"bench_fls_{uuid.uuid4().hex[:8]}"
-    agent = f"bench-{args.size}"
-    with database_url(args.database_url) as url:
-        try:
-            with psycopg.connect(url, autocommit=True) as conn:
-                exists = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone()
-            if exists:
-                print(f"reusing schema {schema}")
-            else:
-                load_schema(url, schema, [args.size], args.fillers, rng, centroids, vocab, sessions=args.sessions)
-            pool = ConnectionPool(url, min_size=1, max_size=2, kwargs={"options": f"-c search_path={schema},public"})
-            pool.wait()
-            listers = {"engramdb": lister("engramdb", pool, agent)}
-            if args.compare:
-                listers[args.compare] = lister(args.compare, pool, agent)
-            before = load_text()
-            got = measure(listers, args.calls, args.runs)
-            print(f"\nfiltered vs unfiltered list_facts (a page of {PAGE}), {args.size} facts "
-                  f"({args.sessions} sessions, +{args.fillers} agents of 1k), {args.runs} runs x {args.calls} calls")
-            print(f"{'contender':<44} {'p50 ms':>8} {'x unfiltered':>13} {'rows':>5}  p50 per run")
-            for label, s in got.items():
-                runs_txt = " ".join(f"{v:.1f}" for v in s["p50_runs"])
-                print(f"{label:<44} {s['p50']:8.1f} {s['ratio']:13.2f} {s['rows']:5d}  {runs_txt}")
-            print(f"{before} before, {load_text()} after")
-            pool.close()
-        finally:
-            if not args.schema:
-                with psycopg.connect(url, autocommit=True) as conn:
-                    conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
-
+    with bench_data(args, "bench_fls") as data:
+        pool = ConnectionPool(data.url, min_size=1, max_size=2,
+                              kwargs={"options": f"-c search_path={data.schema},public"})
+        pool.wait()
+        listers = {"engramdb": lister("engramdb", pool, data.agent)}
+        if args.compare:
+            listers[args.compare] = lister(args.compare, pool, data.agent)
+        before = load_text()
+        got = measure(listers, args.calls, args.runs)
+        print(f"\nfiltered vs unfiltered list_facts (a page of {PAGE}), {args.size} facts "
+              f"({args.sessions} sessions, +{args.fillers} agents of 1k), {args.runs} runs x {args.calls} calls")
+        print(f"{'contender':<44} {'p50 ms':>8} {'x unfiltered':>13} {'rows':>5}  p50 per run")
+        for label, s in got.items():
+            runs_txt = " ".join(f"{v:.1f}" for v in s["p50_runs"])
+            print(f"{label:<44} {s['p50']:8.1f} {s['ratio']:13.2f} {s['rows']:5d}  {runs_txt}")
+        print(f"{before} before, {load_text()} after")
+        pool.close()
 
 if __name__ == "__main__":
     main()
