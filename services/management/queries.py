@@ -60,13 +60,14 @@ def fact_scope_tests(params: dict[str, Any], session: str | None = None,
     """Predicates over the fact ``f``: ONE of its source turns is in ``session``; ONE (maybe
     another) of them matches ``metadata``.
 
-    A session, and a filter of ANDed equalities (``MetadataFilter.equalities``, Mem0's usual
-    ``{"user_id": ...}``), are each one containment of the fact's own copy of its source
+    A session, and a filter of ANDed equalities (Mem0's usual ``{"user_id": ...}``) — or an
+    ``in`` / ``OR`` of a few such (``MetadataFilter.branches``, one containment each, ORed) —
+    are each containments of the fact's own copy of its source
     turns' scopes (``mem_facts.source_scope``: ``{"s": session, "m": metadata}`` per source
     turn the memory model has seen, in source order, ADR-0047), which its GIN index answers
     and the planner estimates from the column's statistics. Through ``mem_messages`` a page
     of a 2 % filter at 100k facts took 154–182 ms once prepared, a filter no turn matches
-    94 ms; through the copy 2.9–3.4 ms and 0.7 ms. Other trees (OR, NOT, in, contains, ...)
+    94 ms; through the copy 2.9–3.4 ms and 0.7 ms. Other trees (NOT, ne, nin, contains, ...)
     keep the source-turn test: tested on each copied turn instead, a filter nothing passes
     costs the whole agent's facts one by one (195 vs 39 ms, where the planner semi-joins the
     few passing turns)."""
@@ -75,10 +76,11 @@ def fact_scope_tests(params: dict[str, Any], session: str | None = None,
         params["scope_session"] = json.dumps([{"s": session}])
         tests.append("f.source_scope @> %(scope_session)s::jsonb")
     if metadata is not None:
-        equal = metadata.equalities()
-        if equal is not None:
-            params["scope_metadata"] = json.dumps([{"m": equal}])
-            tests.append("f.source_scope @> %(scope_metadata)s::jsonb")
+        branches = metadata.branches()
+        if branches is not None:
+            names = [f"scope_metadata_{i}" if i else "scope_metadata" for i in range(len(branches))]
+            params.update({name: json.dumps([{"m": b}]) for name, b in zip(names, branches, strict=True)})
+            tests.append("(" + " OR ".join(f"f.source_scope @> %({name})s::jsonb" for name in names) + ")")
         else:
             tests.append("EXISTS (SELECT 1 FROM mem_messages sm WHERE sm.agent_id = f.agent_id "
                          f"AND sm.message_id = ANY(f.source_message_ids) AND ({metadata.sql('sm.metadata', params)}))")

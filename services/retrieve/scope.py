@@ -24,14 +24,24 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engramdb.services.management.metadata_filter import MetadataFilter
-from engramdb.services.retrieve.signals.shared import TURN_ALIAS, Narrowing, custom_plans
+from engramdb.services.management.metadata_filter import MAX_BRANCHES, MetadataFilter
+from engramdb.services.retrieve.signals.shared import (
+    TURN_ALIAS,
+    Narrowing,
+    copy_param_names,
+    custom_plans,
+)
 
 MAX_SESSIONS = 1000
 # the narrowing is selective (exact nearest rows over the passing turns' facts) when at most
 # this many turns pass AND they are at most this share of the agent's turns (``probe``)
 SELECTIVE_TURNS = 1500
 SELECTIVE_SHARE = 0.15
+# the cap for a ``copied`` narrowing (its facts found by their own scope's GIN index, no list
+# of ids to read and ship): the exact read of ~2 facts a turn stays cheaper than an HNSW walk
+# that keeps 1 row in 15–25 up to about this many turns at 100k facts (4 % of the turns:
+# ×1.5 vs ×2.3 an unfiltered call; 6 %: ×1.5 vs ×1.8; 10 %: even, ADR-0047)
+SELECTIVE_COPIED_TURNS = 4000
 # a selective narrowing lists its passing turns for the neighbour walk (``Narrowing.listed_turns``)
 # when they are fewer than this many per session they lie in: then they lie far apart and
 # the walk by the list skips the others in the index (spread over 100 sessions, 10 a session:
@@ -102,9 +112,10 @@ class RetrieveFilter:
 def narrowing(flt: RetrieveFilter | None, fact_copy: bool = True) -> Narrowing | None:
     """The compiled predicate (``None`` without a filter: the statements stay as they were).
 
-    ``fact_copy``: when the filter is one containment of a turn's scope (``scope_containment``),
-    facts are tested on their own copy of their source turns' scope (``nwc``,
-    ``mem_facts.source_scope``) instead of through their source turns — the same facts pass."""
+    ``fact_copy``: when the filter is a few containments of a turn's scope
+    (``scope_containments``), facts are tested on their own copy of their source turns' scope
+    (``nwc``, ``nwc_1``, …: ``mem_facts.source_scope``) instead of through their source
+    turns — the same facts pass."""
     if flt is None:
         return None
     params: dict[str, Any] = {}
@@ -114,34 +125,47 @@ def narrowing(flt: RetrieveFilter | None, fact_copy: bool = True) -> Narrowing |
         parts.append(f"{TURN_ALIAS}.session_id = ANY(%(nws)s::text[])")
     if flt.metadata:
         parts.append(MetadataFilter(dict(flt.metadata)).sql(f"{TURN_ALIAS}.metadata", params))
-    contained = scope_containment(flt) if fact_copy else None
-    if contained is not None:
-        params["nwc"] = json.dumps([contained])
+    elements = (scope_containments(flt) if fact_copy else None) or []
+    for name, element in zip(copy_param_names(len(elements)), elements, strict=True):
+        params[name] = json.dumps([element])
     return Narrowing("(" + " AND ".join(parts) + ")", params)
 
 
-def scope_containment(flt: RetrieveFilter) -> dict[str, Any] | None:
-    """The filter as ONE element a fact's ``source_scope`` must contain (``{"s": session,
-    "m": {key: value, ...}}``), or ``None`` when it is not one.
+def scope_containments(flt: RetrieveFilter) -> list[dict[str, Any]] | None:
+    """The filter as the elements a fact's ``source_scope`` must contain ONE of (``{"s":
+    session, "m": {key: value, ...}}`` each), or ``None`` when it is not such an OR.
 
     Why it is exact: a turn passes ``{"k": v}`` when ``metadata @> {"k": v}``
     (``MetadataFilter``'s equality), so a conjunction of equalities on distinct keys is
-    ``metadata @> {k1: v1, k2: v2}``, and with one session ``{"s": S, "m": {...}}`` is contained
-    in the element of a turn exactly when that turn passes. An array contains such an element
-    when ONE of its elements does: one source turn passes, the rule for facts. Several
-    sessions, ``OR``, ``NOT``, ``ne``, ``in``, ``contains`` or a key equated twice are not one
-    containment: those keep the source-turn test."""
-    element: dict[str, Any] = {}
-    if len(flt.session_ids) > 1:
-        return None
-    if flt.session_ids:
-        element["s"] = flt.session_ids[0]
+    ``metadata @> {k1: v1, k2: v2}``, an ``in`` or ``OR`` of such is one containment per branch
+    (``MetadataFilter.branches``), and a turn in one of the sessions is one more choice per
+    session. With the session, ``{"s": S, "m": {...}}`` is contained in the element of a turn
+    exactly when that turn passes. An array contains such an element when ONE of its
+    elements does: one source turn passes, the rule for facts — so a fact passes when its
+    copy contains one of the branches. ``NOT``, ``ne``, ``nin``, ``contains``, a key equated
+    to two values, or more than ``MAX_BRANCHES`` branches keep the source-turn test."""
+    sessions: list[dict[str, Any]] = [{"s": s} for s in flt.session_ids] or [{}]
+    metadata: list[dict[str, Any]] = [{}]
     if flt.metadata:
-        equal = MetadataFilter(dict(flt.metadata)).equalities()
-        if equal is None:
+        found = MetadataFilter(dict(flt.metadata)).branches()
+        if found is None:
             return None
-        element["m"] = equal
-    return element or None
+        metadata = [{"m": branch} for branch in found]
+    elements = [{**s, **m} for s in sessions for m in metadata]
+    if len(elements) > MAX_BRANCHES or elements == [{}]:
+        return None
+    return elements
+
+
+def scope_containment(flt: RetrieveFilter) -> dict[str, Any] | None:
+    """``scope_containments`` when it is ONE element (else ``None``)."""
+    elements = scope_containments(flt)
+    return elements[0] if elements is not None and len(elements) == 1 else None
+
+
+def selective_cap(scope: Narrowing) -> int:
+    """How many passing turns a selective ``scope`` may have (``probe_counted``)."""
+    return SELECTIVE_COPIED_TURNS if scope.copied else SELECTIVE_TURNS
 
 
 def probe(conn: Any, agent_id: str, scope: Narrowing | None, cap: int | None = None,
@@ -173,7 +197,7 @@ def probe_counted(conn: Any, agent_id: str, scope: Narrowing, cap: int | None = 
     already, spares that count when it is enough to decide). A ``copied`` narrowing lists no
     facts: they are tested on their own ``source_scope`` (``Narrowing.fact``), which spares
     the listing (~5 ms of the probe's ~8 at 100k facts, a 2 % filter, ADR-0047)."""
-    cap = SELECTIVE_TURNS if cap is None else int(cap)
+    cap = selective_cap(scope) if cap is None else int(cap)
     share = max(SELECTIVE_SHARE if share is None else float(share), 1e-9)
     # p: the passing turns (at most cap + 1); n: the agent's turns, counted up to
     # floor(p / share) + 1 (more than that: the passing ones are under ``share`` of them);
@@ -251,5 +275,5 @@ class BroadVerdicts:
             if counted > known:
                 self._turns[agent_id] = (now + self.ttl, counted)
             if not decided.selective:
-                self._kept[key] = now + (self.ttl if passing > SELECTIVE_TURNS else self.share_ttl)
+                self._kept[key] = now + (self.ttl if passing > selective_cap(scope) else self.share_ttl)
         return decided

@@ -34,6 +34,7 @@ from engramdb.services.retrieve.planner import PlannerLookup, QueryAnalysis, bui
 from engramdb.services.retrieve.signals.messages import message_rows
 from engramdb.services.retrieve.signals.shared import (
     Narrowing,
+    agent_test,
     batch,
     exact_when_selective,
     fact_scope_split,
@@ -206,7 +207,7 @@ def sweep(
             # the day as text: a grouping key only, and a year-10000 edge date (an older
             # release's poisoned row) would not load as a Python date; read with the nearest
             # rows themselves, not by a second lookup (ADR-0038)
-            f"WITH {nearest_cte('mem_facts', 'f', 'fact_id', facts_where, exact_rows, small[0], _DAY, late, late_cols)}"
+            f"WITH {nearest_cte('mem_facts', 'f', 'fact_id', facts_where, exact_rows, small[0], _DAY, late, late_cols, agent_test('f', scope))}"
             " SELECT nn.fact_id, nn.day FROM nn ORDER BY nn.d, nn.fact_id",
             params,
         )

@@ -42,6 +42,7 @@ def memory(request: pytest.FixtureRequest, fresh_schema: Any, agent_id: str,
     turns' ids, exact nearest rows) and many (a probe of the turns per row, HNSW)."""
     if request.param == "broad":
         monkeypatch.setattr(scope_module, "SELECTIVE_TURNS", 0)
+        monkeypatch.setattr(scope_module, "SELECTIVE_COPIED_TURNS", 0)
     else:  # one session of four is a quarter of this tiny agent's turns: selective anyway
         monkeypatch.setattr(scope_module, "SELECTIVE_SHARE", 1.0)
     _schema, env = fresh_schema("scoped")
@@ -329,6 +330,7 @@ def test_a_broad_verdict_is_kept_and_a_selective_one_is_read_every_call(
         def probed(at: float, cap: int, share: float) -> tuple[bool, int]:
             now[0] = at
             monkeypatch.setattr(scope_module, "SELECTIVE_TURNS", cap)
+            monkeypatch.setattr(scope_module, "SELECTIVE_COPIED_TURNS", cap)
             monkeypatch.setattr(scope_module, "SELECTIVE_SHARE", share)
             before = len(probes)
             got = kept.probe(conn, agent_id, slack)
@@ -375,6 +377,7 @@ def test_a_known_number_of_turns_spares_the_count(memory: Memory, agent_id: str,
         assert told[0].selective and told[2] == 0  # 2 of at least 100 turns: under 30 %, not counted
         assert told[0].params["nwf"]
         monkeypatch.setattr(scope_module, "SELECTIVE_TURNS", 1000)
+        monkeypatch.setattr(scope_module, "SELECTIVE_COPIED_TURNS", 1000)
         monkeypatch.setattr(scope_module, "SELECTIVE_SHARE", 0.3)
         kept = scope_module.BroadVerdicts()
         assert kept.probe(conn, agent_id, slack) is not None
@@ -463,11 +466,14 @@ CONTAINMENTS = [
     ("s-home", None), (None, {"channel": "slack"}), (None, {"channel": {"eq": "email"}}),
     ("s-hobby", {"channel": "slack"}), ("s-move", {"channel": "slack"}), (None, {"tags": ["home"]}),
     (None, {"AND": [{"channel": "slack"}, {"tags": ["music"]}]}), (None, {"channel": "fax"}),
+    # an OR of containments (``MetadataFilter.branches``): one per branch, the copy holding one
+    (None, {"channel": {"in": ["email", "fax"]}}), (["s-home", "s-hobby"], None),
+    ("s-move", {"OR": [{"channel": "email"}, {"tags": ["home"]}]}), (None, {"OR": [{"channel": "fax"}, {"tags": ["music"]}]}),
 ]
 
 
 def test_a_facts_copy_of_its_turns_scope_passes_the_same_facts(memory: Memory, agent_id: str, pg_url: str) -> None:
-    """``scope_containment``: a filter that is one containment of a turn's scope tests facts on
+    """``scope_containments``: a filter that is containments of a turn's scope tests facts on
     their own ``source_scope`` copy — exactly the facts one of whose source turns passes, the
     rule the source-turn test (``fact_copy=False``) spells out; both forms, every filter."""
     with _schema_conn(memory, pg_url) as conn:
@@ -502,7 +508,7 @@ def test_a_retrieve_through_the_facts_copy_returns_what_the_turns_give(
     def results(copy: bool) -> list[Any]:
         monkeypatch.setattr(pipeline, "narrowing", lambda flt: narrowing(flt, fact_copy=copy))
         out = []
-        for (session, tree), question in itertools.product(CONTAINMENTS[:7], ("Where does Ana live?", "cello")):
+        for (session, tree), question in itertools.product(CONTAINMENTS[:7] + CONTAINMENTS[-4:], ("Where does Ana live?", "cello")):
             got = memory.retrieve(agent_id, question, session_id=session, metadata=tree, config_overrides=overrides)
             out.append(([(f.fact_id, f.score) for f in got.facts], [(e.message_id, e.score) for e in got.events],
                         got.context))

@@ -75,15 +75,21 @@ class Narrowing:
         generic plan would estimate it at 1 % and sort a broad filter's half of the rows
         instead of walking the HNSW index); ``fact_by_key`` is the indexable form."""
         if self.copied:
-            return f"coalesce({alias}.source_scope @> %(nwc)s::jsonb, false)"
+            return f"coalesce({self._copy_contains(alias)}, false)"
         if self.selective:
             return f"{alias}.fact_id IN (SELECT unnest(%(nwf)s::text[]))"
         return f"EXISTS ({self._source_turn(alias)})"
 
     @property
     def copied(self) -> bool:
-        """Facts are tested on their ``source_scope`` copy (``scope.scope_containment``)."""
+        """Facts are tested on their ``source_scope`` copy (``scope.scope_containments``)."""
         return "nwc" in self.params
+
+    def _copy_contains(self, alias: str) -> str:
+        """The copy contains one of the filter's elements (``nwc``, ``nwc_1``, …): ORed
+        containments, which a bitmap scan answers as an OR of GIN lookups."""
+        names = [name for name in copy_param_names(len(self.params)) if name in self.params]
+        return " OR ".join(f"{alias}.source_scope @> %({name})s::jsonb" for name in names)
 
     def fact_by_key(self, alias: str) -> str:
         """``fact`` for a statement the listed ids should drive (the exact nearest rows over
@@ -93,7 +99,7 @@ class Narrowing:
         one bitmap of the passing facts, read in page order (2000 facts: 2.7 ms against a
         listing of 4.6–5.3 ms and a read by key of 4.6–5.1 ms, ADR-0047)."""
         if self.copied:
-            return f"{alias}.source_scope @> %(nwc)s::jsonb" if self.selective else self.fact(alias)
+            return f"({self._copy_contains(alias)})" if self.selective else self.fact(alias)
         if self.selective:
             return f"{alias}.fact_id = ANY((SELECT %(nwf)s::text[])::text[])"
         return self.fact(alias)
@@ -126,6 +132,11 @@ class Narrowing:
     def _source_turn(self, alias: str) -> str:
         return (f"SELECT true FROM mem_messages nw WHERE nw.agent_id = {alias}.agent_id"
                 f" AND nw.message_id = ANY({alias}.source_message_ids) AND {self.turn('nw')}")
+
+
+def copy_param_names(count: int) -> list[str]:
+    """The parameter names of a narrowing's ``count`` copy elements: ``nwc``, ``nwc_1``, …"""
+    return [f"nwc_{i}" if i else "nwc" for i in range(count)]
 
 
 def late_probe(select_true: str) -> str:
@@ -277,9 +288,20 @@ def batch(conn: Any) -> Iterator[None]:
 LATE_HEAD = 4
 
 
+def agent_test(alias: str, scope: Narrowing | None) -> str:
+    """``alias.agent_id = %(a)s``; under a copied selective narrowing spelt so that no index
+    takes it. Why: its facts are found by the GIN index of their ``source_scope`` (an OR of
+    containments), and the planner, seeing several thousand of them, ANDed that bitmap with
+    one of every active fact of the agent — 7 of a 31 ms read at 100k facts, six sessions
+    passing (6000 facts) — to spare the sixth of the heap rows other agents hold."""
+    if scope is not None and scope.copied and scope.selective:
+        return f"({alias}.agent_id = %(a)s) IS TRUE"
+    return f"{alias}.agent_id = %(a)s"
+
+
 def nearest_cte(table: str, alias: str, id_col: str, where: str, exact_rows: int,
                 small: bool | None = None, extra: str = "", late: str = "",
-                late_cols: str = "") -> str:
+                late_cols: str = "", agent: str | None = None) -> str:
     """``nn AS MATERIALIZED (…)``: the ``LIMIT %(n)s`` nearest rows of the agent, (id, d).
 
     ``exact_rows > 0`` adds an exact branch (ORDER BY the distance over the agent's rows via
@@ -299,16 +321,18 @@ def nearest_cte(table: str, alias: str, id_col: str, where: str, exact_rows: int
     order is total), for a sort of the agent's (id, d) plus a probe per row read instead of a
     probe per row of the agent (measured at 10k facts, half passing: 43 → ~16 ms).
     ``late_cols``: the row's columns ``late`` reads (``, f.agent_id, f.source_message_ids``),
-    carried through the sort under the same alias."""
+    carried through the sort under the same alias. ``agent``: the agent's test
+    (``agent_test``), ``alias.agent_id = %(a)s`` by default."""
     a = alias
+    agent = agent or f"{a}.agent_id = %(a)s"
     where_all = f"{where} AND {late}" if late else where
     hnsw = (f"SELECT {a}.{id_col}, {a}.embedding <=> %(q)s::vector AS d{extra} FROM {table} {a}"
-            f" WHERE {{gate}}{a}.agent_id = %(a)s AND {where_all} AND {a}.embedding IS NOT NULL"
+            f" WHERE {{gate}}{agent} AND {where_all} AND {a}.embedding IS NOT NULL"
             f" ORDER BY {a}.embedding <=> %(q)s::vector LIMIT %(n)s")
     if exact_rows <= 0 or small is False:
         return f"nn AS MATERIALIZED ({hnsw.format(gate='')})"
     exact = (f"SELECT {a}.{id_col}, {a}.embedding <=> %(q)s::vector AS d{extra} FROM {table} {a}"
-             f" WHERE {{gate}}{a}.agent_id = %(a)s AND {where} AND {a}.embedding IS NOT NULL"
+             f" WHERE {{gate}}{agent} AND {where} AND {a}.embedding IS NOT NULL"
              f" ORDER BY ({a}.embedding <=> %(q)s::vector) + 0, {a}.{id_col} LIMIT %(n)s")
     if late:
         # OFFSET 0 keeps ``late`` out of the sorted subquery (no qual push-down): the rows
@@ -320,7 +344,7 @@ def nearest_cte(table: str, alias: str, id_col: str, where: str, exact_rows: int
         def in_order(limit: str, gate: str = "") -> str:
             return (f"SELECT {a}.{id_col}, {a}.d{names} FROM (SELECT {a}.{id_col},"
                     f" {a}.embedding <=> %(q)s::vector AS d{extra}{late_cols} FROM {table} {a}"
-                    f" WHERE {{gate}}{a}.agent_id = %(a)s AND {where} AND {a}.embedding IS NOT NULL"
+                    f" WHERE {{gate}}{agent} AND {where} AND {a}.embedding IS NOT NULL"
                     f" ORDER BY ({a}.embedding <=> %(q)s::vector) + 0, {a}.{id_col}{limit} OFFSET 0) {a}"
                     f" WHERE {gate}{late} LIMIT %(n)s")
 
