@@ -16,7 +16,12 @@ Contenders, interleaved in every run (the order rotates), same queries, same pro
 - ``metadata-rare``: ``{"tier": "gold"}`` (2 % of the turns, through the metadata GIN index; all
   of them in two sessions);
 - ``metadata-rare-spread``: ``{"region": "eu"}`` (~2 % of the turns, spread over every session);
-- ``session+metadata``: one session AND ``{"channel": "slack"}``.
+- ``session+metadata``: one session AND ``{"channel": "slack"}``;
+- ``metadata-in``: ``{"channel": {"in": ["slack", "fax"]}}`` (half, as an ``in``: an OR of
+  containments of the facts' scope copy, ``MetadataFilter.branches``);
+- ``metadata-or``: ``{"OR": [{"tier": "gold"}, {"region": "eu"}]}`` (~4 %, two rare values);
+- ``3 sessions`` / ``10 sessions``: a list of sessions (Mem0's ``run_id`` ``in`` a list; ~3 % and
+  ~10 % of the turns — between the selective and the broad forms).
 
 Printed: each contender's median over runs of p50 / p95 (ms) and the median over runs of its
 p50 ratio to ``unfiltered`` measured in the same run. ``--compare oldengramdb.services.retrieve``
@@ -66,6 +71,10 @@ def contenders(sessions: int) -> dict[str, Within]:
         "metadata-rare": lambda i: RetrieveFilter.of(metadata={"tier": "gold"}),
         "metadata-rare-spread": lambda i: RetrieveFilter.of(metadata={"region": "eu"}),
         "session+metadata": lambda i: RetrieveFilter.of(f"s{(i * 37) % sessions}", {"channel": "slack"}),
+        "metadata-in": lambda i: RetrieveFilter.of(metadata={"channel": {"in": ["slack", "fax"]}}),
+        "metadata-or": lambda i: RetrieveFilter.of(metadata={"OR": [{"tier": "gold"}, {"region": "eu"}]}),
+        "3 sessions": lambda i: RetrieveFilter.of([f"s{(i * 37 + k) % sessions}" for k in range(3)]),
+        "10 sessions": lambda i: RetrieveFilter.of([f"s{(i * 37 + k) % sessions}" for k in range(10)]),
     }
 
 
