@@ -9,8 +9,8 @@ lists the first page of 50 of the agent's active facts (``list_facts``, what Mem
 ``get_all`` and every list surface call) under its filter; ``--calls`` calls per run, the
 order of contenders rotating between runs. Contenders: ``bench.latency.filtered``'s (one
 session, half of the turns, 2 % clustered, 2 % spread, session AND metadata), plus a value no
-turn has (the whole agent must be ruled out) and an ``in`` (not one containment: the
-source-turn test). Printed: each contender's median over runs of its p50 (ms) and of its
+turn has (the whole agent must be ruled out), an ``in`` and an ``OR`` (ORed containments of
+the copy, ``MetadataFilter.branches``) and an ``ne`` (not containments: the source-turn test). Printed: each contender's median over runs of its p50 (ms) and of its
 p50 ratio to the unfiltered page in the same run. ``--compare oldengramdb``: the same through
 an earlier commit exported under another name (``bench.latency.identity``), interleaved.
 """
@@ -41,7 +41,9 @@ CONTENDERS: dict[str, tuple[str | None, dict[str, Any] | None]] = {
     "metadata-rare-spread": (None, {"region": "eu"}),
     "session+metadata": ("s37", {"channel": "slack"}),
     "metadata-no-match": (None, {"region": "nowhere"}),
-    "metadata-in (not one containment)": (None, {"region": {"in": ["eu", "apac"]}}),
+    "metadata-in": (None, {"region": {"in": ["eu", "apac"]}}),
+    "metadata-or": (None, {"OR": [{"tier": "gold"}, {"region": "eu"}]}),
+    "metadata-ne (not containments)": (None, {"channel": {"ne": "email"}}),
 }
 
 Lister = Callable[[str | None, dict[str, Any] | None], int]

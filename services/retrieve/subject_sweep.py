@@ -195,6 +195,8 @@ def sweep(
     facts_where = f"{visible} AND f.confidence >= %(minc)s"
     msgs_where = message_visibility(as_of, scope=scope)
     small = (exact_when_selective(small[0], scope), exact_when_selective(small[1], scope))
+    # the subject's facts are found by the agent's (agent_id, entity_key) index: keep it usable
+    agent = None if only_subject else agent_test("f", scope)
     if only_subject:
         facts_where += " AND f.entity_key = ANY(%(keys)s)"
         msgs_where += " AND lower(m.speaker) = ANY(%(speakers)s)"
@@ -207,7 +209,7 @@ def sweep(
             # the day as text: a grouping key only, and a year-10000 edge date (an older
             # release's poisoned row) would not load as a Python date; read with the nearest
             # rows themselves, not by a second lookup (ADR-0038)
-            f"WITH {nearest_cte('mem_facts', 'f', 'fact_id', facts_where, exact_rows, small[0], _DAY, late, late_cols, agent_test('f', scope))}"
+            f"WITH {nearest_cte('mem_facts', 'f', 'fact_id', facts_where, exact_rows, small[0], _DAY, late, late_cols, agent)}"
             " SELECT nn.fact_id, nn.day FROM nn ORDER BY nn.d, nn.fact_id",
             params,
         )

@@ -10,7 +10,12 @@ from typing import Any
 
 import pytest
 
-from engramdb.services.retrieve.scope import RetrieveFilter, narrowing, scope_containment, scope_containments
+from engramdb.services.retrieve.scope import (
+    RetrieveFilter,
+    narrowing,
+    scope_containment,
+    scope_containments,
+)
 
 
 @pytest.mark.parametrize(("session", "tree", "element"), [
