@@ -158,15 +158,20 @@ def bench_data(args: argparse.Namespace, prefix: str) -> Iterator[BenchData]:
                     conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+def add_data_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options ``bench_data`` reads (and ``--runs``), shared with ``filtered_lists``."""
     ap.add_argument("--size", type=int, default=100_000)
     ap.add_argument("--sessions", type=int, default=100)
-    ap.add_argument("--queries", type=int, default=100)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--fillers", type=int, default=20)
     ap.add_argument("--database-url", default=os.environ.get("ENGRAMDB_BENCH_DATABASE_URL"))
     ap.add_argument("--schema", help="schema name; reused (no load) when it already holds the data; kept")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    add_data_arguments(ap)
+    ap.add_argument("--queries", type=int, default=100)
     ap.add_argument("--with-embedder", action="store_true", help="embed each query with the offline model too")
     ap.add_argument("--compare", help="importable package with another Retriever to measure alongside")
     args = ap.parse_args(argv)

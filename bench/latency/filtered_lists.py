@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -27,7 +26,7 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
-from bench.latency.filtered import bench_data
+from bench.latency.filtered import add_data_arguments, bench_data
 from bench.latency.report import percentile
 from bench.latency.retrieve import load_text
 
@@ -93,13 +92,8 @@ def measure(listers: dict[str, Lister], calls: int, runs: int) -> dict[str, dict
 
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    ap.add_argument("--size", type=int, default=100_000)
-    ap.add_argument("--sessions", type=int, default=100)
+    add_data_arguments(ap)
     ap.add_argument("--calls", type=int, default=30)
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--fillers", type=int, default=20)
-    ap.add_argument("--database-url", default=os.environ.get("ENGRAMDB_BENCH_DATABASE_URL"))
-    ap.add_argument("--schema", help="schema name; reused (no load) when it already holds the data; kept")
     ap.add_argument("--compare", help="an earlier commit exported as another package, measured alongside")
     args = ap.parse_args(argv)
     with bench_data(args, "bench_fls") as data:

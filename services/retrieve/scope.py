@@ -157,12 +157,6 @@ def scope_containments(flt: RetrieveFilter) -> list[dict[str, Any]] | None:
     return elements
 
 
-def scope_containment(flt: RetrieveFilter) -> dict[str, Any] | None:
-    """``scope_containments`` when it is ONE element (else ``None``)."""
-    elements = scope_containments(flt)
-    return elements[0] if elements is not None and len(elements) == 1 else None
-
-
 def selective_cap(scope: Narrowing) -> int:
     """How many passing turns a selective ``scope`` may have (``probe_counted``)."""
     return SELECTIVE_COPIED_TURNS if scope.copied else SELECTIVE_TURNS

@@ -13,7 +13,6 @@ import pytest
 from engramdb.services.retrieve.scope import (
     RetrieveFilter,
     narrowing,
-    scope_containment,
     scope_containments,
 )
 
@@ -28,7 +27,7 @@ from engramdb.services.retrieve.scope import (
 def test_equalities_and_one_session_are_one_containment(session: str | None, tree: Any,
                                                         element: dict[str, Any]) -> None:
     flt = RetrieveFilter.of(session, tree)
-    assert flt is not None and scope_containment(flt) == element
+    assert flt is not None and scope_containments(flt) == [element]
     compiled = narrowing(flt)
     assert compiled is not None and compiled.copied and json.loads(compiled.params["nwc"]) == [element]
     assert narrowing(flt, fact_copy=False).copied is False  # type: ignore[union-attr]
@@ -61,7 +60,6 @@ def test_an_or_of_such_is_one_containment_per_branch(session: Any, tree: Any, el
     names = ["nwc"] + [f"nwc_{i}" for i in range(1, len(elements))]
     assert [json.loads(compiled.params[n]) for n in names] == [[e] for e in elements]
     assert compiled.fact("f") == "coalesce(" + " OR ".join(f"f.source_scope @> %({n})s::jsonb" for n in names) + ", false)"
-    assert (scope_containment(flt) is None) == (len(elements) > 1)
 
 
 @pytest.mark.parametrize(("session", "tree"), [
@@ -78,6 +76,6 @@ def test_an_or_of_such_is_one_containment_per_branch(session: Any, tree: Any, el
 ])
 def test_anything_else_keeps_the_source_turn_test(session: Any, tree: Any) -> None:
     flt = RetrieveFilter.of(session, tree)
-    assert flt is not None and scope_containments(flt) is None and scope_containment(flt) is None
+    assert flt is not None and scope_containments(flt) is None
     compiled = narrowing(flt)
     assert compiled is not None and not compiled.copied and "nwc" not in compiled.params
