@@ -275,7 +275,8 @@ class Retriever:
         call.small = self._size_gate.verdicts(conn, call.agent_id)
         if call.scope is not None and not call.scope.selective:
             call.scope = self._broad.probe(conn, call.agent_id, call.scope)
-            call.trace.note(within_selective=call.scope.selective if call.scope else None)
+            call.trace.note(within_selective=call.scope.selective if call.scope else None,
+                            within_few_turns=call.scope.few_turns if call.scope else None)
         call.trace.note(keyword_mode=call.modes)
         f_events = self._workers.submit(self._events_signal, call) if call.cfg.sizes.topk_events > 0 else None
         selective = call.scope is not None and call.scope.selective

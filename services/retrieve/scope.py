@@ -21,7 +21,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from engramdb.services.management.metadata_filter import MAX_BRANCHES, MetadataFilter
@@ -42,6 +42,12 @@ SELECTIVE_SHARE = 0.15
 # that keeps 1 row in 15–25 up to about this many turns at 100k facts (4 % of the turns:
 # ×1.5 vs ×2.3 an unfiltered call; 6 %: ×1.5 vs ×1.8; 10 %: even, ADR-0047)
 SELECTIVE_COPIED_TURNS = 4000
+# a narrowing too broad for its facts still searches its passing TURNS exactly up to this many
+# of them, at most ``SELECTIVE_SHARE`` of the agent's (``Narrowing.few_turns``): a turn search
+# reads the turns alone, found by their session / metadata index. 100k facts, 50k turns, one
+# turn-search statement: 5,000 turns (10 sessions) 7.6 ms exact vs 12.5 walked, 6,000 9.0
+# vs 10.9, 7,500 10.8 vs 9.0, 10,000 10.5 vs 6.9 (ADR-0047)
+EXACT_TURNS = 6000
 # a selective narrowing lists its passing turns for the neighbour walk (``Narrowing.listed_turns``)
 # when they are fewer than this many per session they lie in: then they lie far apart and
 # the walk by the list skips the others in the index (spread over 100 sessions, 10 a session:
@@ -162,14 +168,21 @@ def selective_cap(scope: Narrowing) -> int:
     return SELECTIVE_COPIED_TURNS if scope.copied else SELECTIVE_TURNS
 
 
+def few_turns_cap(scope: Narrowing) -> int:
+    """How many passing turns ``scope`` may have and still search them exactly
+    (``Narrowing.few_turns``): the probe counts them up to this many."""
+    return max(EXACT_TURNS, selective_cap(scope))
+
+
 def probe(conn: Any, agent_id: str, scope: Narrowing | None, cap: int | None = None,
-          share: float | None = None) -> Narrowing | None:
-    """``scope`` marked selective or broad (``probe_counted``)."""
-    return None if scope is None else probe_counted(conn, agent_id, scope, cap, share)[0]
+          share: float | None = None, turns_cap: int | None = None) -> Narrowing | None:
+    """``scope`` marked selective or broad, with few turns or not (``probe_counted``)."""
+    return None if scope is None else probe_counted(conn, agent_id, scope, cap, share, turns_cap=turns_cap)[0]
 
 
 def probe_counted(conn: Any, agent_id: str, scope: Narrowing, cap: int | None = None,
-                  share: float | None = None, turns_known: int = 0) -> tuple[Narrowing, int, int]:
+                  share: float | None = None, turns_known: int = 0,
+                  turns_cap: int | None = None) -> tuple[Narrowing, int, int]:
     """``scope`` marked selective when at most ``cap`` (``SELECTIVE_TURNS``) of the agent's
     turns pass AND they are at most ``share`` (``SELECTIVE_SHARE``) of its turns.
 
@@ -190,8 +203,14 @@ def probe_counted(conn: Any, agent_id: str, scope: Narrowing, cap: int | None = 
     agent's turns were counted (a lower bound of them; ``turns_known``, a lower bound known
     already, spares that count when it is enough to decide). A ``copied`` narrowing lists no
     facts: they are tested on their own ``source_scope`` (``Narrowing.fact``), which spares
-    the listing (~5 ms of the probe's ~8 at 100k facts, a 2 % filter, ADR-0047)."""
+    the listing (~5 ms of the probe's ~8 at 100k facts, a 2 % filter, ADR-0047).
+
+    Not selective, it may still have ``few_turns``: at most ``turns_cap`` (``EXACT_TURNS``)
+    passing turns under the same share, so the turn searches take their exact branch
+    (``exact_turns_when_few``) while the facts are walked. The passing turns are counted up to
+    the larger of the two caps."""
     cap = selective_cap(scope) if cap is None else int(cap)
+    turns_cap = max(few_turns_cap(scope) if turns_cap is None else int(turns_cap), cap)
     share = max(SELECTIVE_SHARE if share is None else float(share), 1e-9)
     # p: the passing turns (at most cap + 1); n: the agent's turns, counted up to
     # floor(p / share) + 1 (more than that: the passing ones are under ``share`` of them);
@@ -205,23 +224,24 @@ def probe_counted(conn: Any, agent_id: str, scope: Narrowing, cap: int | None = 
     with custom_plans(conn):  # a generic plan (psycopg prepares after 5 runs) knows no sizes
         cur = conn.execute(
             f"WITH p AS MATERIALIZED (SELECT m.message_id, m.session_id FROM mem_messages m"
-            f" WHERE m.agent_id = %(a)s AND {scope.turn('m')} LIMIT {cap + 1}),"
+            f" WHERE m.agent_id = %(a)s AND {scope.turn('m')} LIMIT {turns_cap + 1}),"
             f" c AS MATERIALIZED (SELECT count(*) AS p FROM p),"
             f" n AS MATERIALIZED (SELECT count(*) AS n FROM (SELECT 1 FROM mem_messages m WHERE m.agent_id = %(a)s"
-            f" LIMIT (SELECT CASE WHEN c.p BETWEEN 1 AND {cap} AND floor(c.p / %(nw_share)s) >= %(nw_known)s"
+            f" LIMIT (SELECT CASE WHEN c.p BETWEEN 1 AND {turns_cap} AND floor(c.p / %(nw_share)s) >= %(nw_known)s"
             f" THEN floor(c.p / %(nw_share)s)::bigint + 1 ELSE 0 END FROM c)) t),"
-            f" v AS MATERIALIZED (SELECT c.p <= {cap} AND (c.p = 0 OR greatest(n.n, %(nw_known)s) > c.p / %(nw_share)s)"
-            f" AS selective FROM c, n)"
+            f" r AS MATERIALIZED (SELECT c.p = 0 OR greatest(n.n, %(nw_known)s) > c.p / %(nw_share)s AS under FROM c, n),"
+            f" v AS MATERIALIZED (SELECT c.p <= {cap} AND r.under AS selective,"
+            f" c.p <= {turns_cap} AND r.under AS few FROM c, r)"
             f" SELECT v.selective, (SELECT c.p FROM c), (SELECT n.n FROM n), {listing},"
             f" CASE WHEN v.selective THEN (SELECT coalesce(array_agg(p.message_id), '{{}}') FROM p) END,"
-            f" CASE WHEN v.selective THEN (SELECT count(DISTINCT p.session_id) FROM p) END FROM v",
+            f" CASE WHEN v.selective THEN (SELECT count(DISTINCT p.session_id) FROM p) END, v.few FROM v",
             {"a": agent_id, "nw_share": share, "nw_known": int(turns_known), **scope.params},
             )
     row = cur.fetchone()
     if row is None:
         return Narrowing(scope.turn_sql, scope.params, False), 0, 0
     if not row[0]:
-        return Narrowing(scope.turn_sql, scope.params, False), int(row[1]), int(row[2])
+        return Narrowing(scope.turn_sql, scope.params, False, bool(row[6])), int(row[1]), int(row[2])
     listed: dict[str, Any] = dict(scope.params) if scope.copied else {**scope.params, "nwf": list(row[3] or [])}
     turns, sessions = list(row[4] or []), max(int(row[5] or 0), 1)
     if len(turns) < LISTED_WALK_PER_SESSION * sessions:  # sparse in the sessions it touches
@@ -230,14 +250,17 @@ def probe_counted(conn: Any, agent_id: str, scope: Narrowing, cap: int | None = 
 
 
 class BroadVerdicts:
-    """``probe`` that remembers which narrowings of an agent are broad.
+    """``probe`` that remembers which narrowings of an agent are broad (and whether their
+    passing turns are few, ``Narrowing.few_turns``).
 
     Why it may: the broad form (a per-row probe of the source turns) returns the right rows
     for ANY narrowing — the verdict only chooses the faster plan — and a narrowing that more
     than ``cap`` turns pass stays that way, turns being append-only (an erased memory starts
     over, and a kept verdict then only costs it speed for ``ttl``). A broad verdict by share
     (few passing turns, but a large share of a small agent's) can flip as the agent grows:
-    it is kept ``share_ttl``. A selective verdict carries the listed fact ids, which must be
+    it is kept ``share_ttl``, and so is one with few passing turns (they may grow past
+    ``EXACT_TURNS``; until then only the plan of the turn searches is older than the data).
+    A selective verdict carries the listed fact ids, which must be
     read for the call: never kept. Saves the probe statement (~1.5 ms at 100k facts,
     ``{"channel": "slack"}``) on every call but the first. Also kept: a lower bound of each
     agent's turns (append-only too), so a selective probe counts them only when the bound
@@ -246,7 +269,7 @@ class BroadVerdicts:
     def __init__(self, ttl: float = 3600.0, share_ttl: float = 60.0, max_kept: int = 10_000,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.ttl, self.share_ttl, self.max_kept, self.clock = ttl, share_ttl, max_kept, clock
-        self._kept: dict[tuple[str, str], float] = {}
+        self._kept: dict[tuple[str, str], tuple[float, bool]] = {}  # -> (until, few turns)
         self._turns: dict[str, tuple[float, int]] = {}  # agent -> (until, turns at least)
         self._lock = threading.Lock()
 
@@ -256,10 +279,10 @@ class BroadVerdicts:
         key = (agent_id, scope.turn_sql + "\x00" + json.dumps(scope.params, sort_keys=True, default=str))
         now = self.clock()
         with self._lock:
-            until = self._kept.get(key)
+            kept = self._kept.get(key)
             turns = self._turns.get(agent_id)
-        if until is not None and until > now:
-            return scope
+        if kept is not None and kept[0] > now:
+            return replace(scope, few_turns=kept[1])
         known = turns[1] if turns is not None and turns[0] > now else 0
         decided, passing, counted = probe_counted(conn, agent_id, scope, turns_known=known)
         with self._lock:
@@ -269,5 +292,6 @@ class BroadVerdicts:
             if counted > known:
                 self._turns[agent_id] = (now + self.ttl, counted)
             if not decided.selective:
-                self._kept[key] = now + (self.ttl if passing > selective_cap(scope) else self.share_ttl)
+                until = now + (self.ttl if passing > few_turns_cap(scope) else self.share_ttl)
+                self._kept[key] = (until, decided.few_turns)
         return decided

@@ -36,6 +36,7 @@ from engramdb.services.retrieve.signals.shared import (
     Narrowing,
     agent_test,
     batch,
+    exact_turns_when_few,
     exact_when_selective,
     fact_scope_split,
     message_visibility,
@@ -194,7 +195,7 @@ def sweep(
     visible, late, late_cols = fact_scope_split(as_of, scope)
     facts_where = f"{visible} AND f.confidence >= %(minc)s"
     msgs_where = message_visibility(as_of, scope=scope)
-    small = (exact_when_selective(small[0], scope), exact_when_selective(small[1], scope))
+    small = (exact_when_selective(small[0], scope), exact_turns_when_few(small[1], scope))
     # the subject's facts are found by the agent's (agent_id, entity_key) index: keep it usable
     agent = None if only_subject else agent_test("f", scope)
     if only_subject:

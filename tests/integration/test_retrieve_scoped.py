@@ -35,16 +35,19 @@ SESSIONS = {
 RANKINGS = [{}, {"ranking": "formula"}]
 
 
-@pytest.fixture(params=["selective", "broad"])
+@pytest.fixture(params=["selective", "broad", "few-turns"])
 def memory(request: pytest.FixtureRequest, fresh_schema: Any, agent_id: str,
            monkeypatch: pytest.MonkeyPatch) -> Any:
-    """Both forms of the fact predicate: few passing turns (the overlap with the passing
-    turns' ids, exact nearest rows) and many (a probe of the turns per row, HNSW)."""
-    if request.param == "broad":
+    """Every form of the narrowing: few passing turns (the overlap with the passing turns'
+    ids, exact nearest rows), many (a probe of the turns per row, HNSW), and too many for
+    the facts but few enough to search the turns exactly (``Narrowing.few_turns``)."""
+    if request.param != "selective":
         monkeypatch.setattr(scope_module, "SELECTIVE_TURNS", 0)
         monkeypatch.setattr(scope_module, "SELECTIVE_COPIED_TURNS", 0)
-    else:  # one session of four is a quarter of this tiny agent's turns: selective anyway
-        monkeypatch.setattr(scope_module, "SELECTIVE_SHARE", 1.0)
+    if request.param == "broad":
+        monkeypatch.setattr(scope_module, "EXACT_TURNS", 0)
+    # one session of four is a quarter of this tiny agent's turns: selective (or few) anyway
+    monkeypatch.setattr(scope_module, "SELECTIVE_SHARE", 1.0)
     _schema, env = fresh_schema("scoped")
     with Memory.open(env=env, embedder=HashEmbedder(384), llm=None, quiet=True) as mem:
         last = None
@@ -143,13 +146,14 @@ def _schema_conn(memory: Memory, pg_url: str) -> psycopg.Connection[Any]:
 
 
 @pytest.mark.parametrize("copied", [True, False])
-@pytest.mark.parametrize("selective", [False, True])
+@pytest.mark.parametrize("form", ["broad", "few-turns", "selective"])
 def test_every_signal_statement_is_narrowed(memory: Memory, agent_id: str, pg_url: str,
-                                            selective: bool, copied: bool) -> None:
+                                            form: str, copied: bool) -> None:
     """Each signal on its own, asked with the other session's own words / entities: nothing of
     it comes back, while the same call unnarrowed finds it (both the probe-per-row and the
-    selective form of the fact predicate, each through the facts' own copy of their turns'
-    scope and through the turns themselves)."""
+    selective form of the fact predicate, the turns walked or searched exactly, each through
+    the facts' own copy of their turns' scope and through the turns themselves)."""
+    selective = form == "selective"
     cfg = RetrieveConfig()
     emb = HashEmbedder(384)
     home_text = SESSIONS["s-home"][0]
@@ -157,8 +161,10 @@ def test_every_signal_statement_is_narrowed(memory: Memory, agent_id: str, pg_ur
     base = narrowing(RetrieveFilter.of("s-work"), fact_copy=copied)
     assert base is not None and base.copied is copied
     with _schema_conn(memory, pg_url) as conn:
-        scope = probe(conn, agent_id, base, cap=1000 if selective else 0, share=1.0)
+        scope = probe(conn, agent_id, base, cap=1000 if selective else 0, share=1.0,
+                      turns_cap=0 if form == "broad" else 1000)
         assert scope is not None and scope.selective is selective
+        assert scope.few_turns is (form == "few-turns")
         facts = {f.fact_id: f for f in memory.list_facts(agent_id, limit=100).items}
         home = {fid for fid, f in facts.items() if "Recife" in f.text}
         assert home, [f.text for f in facts.values()]
@@ -260,6 +266,59 @@ def test_async_retrieve_takes_the_same_narrowing(memory: Memory, agent_id: str) 
     assert "Recife" not in got.context
 
 
+@pytest.mark.parametrize("memory", ["selective"], indirect=True)
+def test_few_turns_search_the_turns_exactly_and_walk_the_facts(memory: Memory, agent_id: str, pg_url: str,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Narrowing.few_turns`` (too many passing turns for the facts' exact search, few enough
+    for the turns'): every turn search takes the exact branch — the same turns, cosines and
+    order as the selective form — while the facts' search stays the walk of the broad form,
+    though the size gate said the agent is large (``small=False``)."""
+    from engramdb.services.retrieve import subject_sweep
+
+    cfg = RetrieveConfig()
+    emb = HashEmbedder(384)
+    base = narrowing(RetrieveFilter.of(["s-home", "s-move"]))
+    sent: list[str] = []
+    real_execute = psycopg.Connection.execute
+
+    def spy(self: Any, query: Any, params: Any = None, **kw: Any) -> Any:
+        if isinstance(query, str) and "nn AS MATERIALIZED" in query:
+            sent.append(query)
+        return real_execute(self, query, params, **kw)
+
+    with _schema_conn(memory, pg_url) as conn:
+        forms = {"few": probe(conn, agent_id, base, cap=0, share=1.0, turns_cap=1000),
+                 "selective": probe(conn, agent_id, base, cap=1000, share=1.0),
+                 "broad": probe(conn, agent_id, base, cap=0, share=1.0, turns_cap=0)}
+        assert forms["few"] is not None and forms["few"].few_turns and not forms["few"].selective
+        subject = subject_sweep.Subject(entity_keys=(), speakers=("ana",), stripped_query="")
+        monkeypatch.setattr(psycopg.Connection, "execute", spy)
+        for text in (SESSIONS["s-home"][0], "bicycle", "cello on Sundays"):
+            qvec = vector_literal(emb.embed([text])[0])
+            got: dict[str, Any] = {}
+            for name, scope in forms.items():
+                sent.clear()
+                events = messages.message_events(conn, agent_id, qvec, [], cfg, -1.0, None, exact_rows=10,
+                                                 small=False, scope=scope)
+                lists = messages.message_lists(conn, agent_id, qvec, text, cfg, -1.0, None, exact_rows=10,
+                                               small=False, bm25_found=[], scope=scope)
+                swept = subject_sweep.sweep(conn, agent_id, subject, qvec, as_of=None, min_confidence=0.0,
+                                            limit=10, ef_search=40, exact_rows=10, small=(False, False),
+                                            only_subject=False, scope=scope)
+                facts = semantic.semantic_facts(conn, agent_id, qvec, cfg, -1.0, None, exact_rows=10,
+                                                small=False, scope=scope)
+                got[name] = (events, lists[:2], swept.message_ids)
+                turn_sql = [q for q in sent if "FROM mem_messages m" in q]
+                fact_sql = [q for q in sent if "FROM mem_facts f" in q]
+                assert len(turn_sql) == 3 and len(fact_sql) == 2, sent
+                exact = "embedding <=> %(q)s::vector) + 0"  # the exact branch's ORDER BY
+                assert all((exact in q) is (name != "broad") for q in turn_sql), (name, turn_sql)
+                assert all((exact in q) is (name == "selective") for q in fact_sql), (name, fact_sql)
+                assert facts is not None
+            assert got["few"] == got["selective"], text
+            assert got["few"][0][0], text  # turns were found
+
+
 def test_probe_weighs_the_share_of_passing_turns(memory: Memory, agent_id: str, pg_url: str) -> None:
     """Selective needs few passing turns AND a small share of the agent's: one session of
     this agent's four is a quarter of its turns (ADR-0047: the overlap form costs ~ passing²,
@@ -327,14 +386,18 @@ def test_a_broad_verdict_is_kept_and_a_selective_one_is_read_every_call(
 
         monkeypatch.setattr(conn, "execute", spy)
 
-        def probed(at: float, cap: int, share: float) -> tuple[bool, int]:
+        few: list[bool] = []
+
+        def probed(at: float, cap: int, share: float, turns: int | None = None) -> tuple[bool, int]:
             now[0] = at
             monkeypatch.setattr(scope_module, "SELECTIVE_TURNS", cap)
             monkeypatch.setattr(scope_module, "SELECTIVE_COPIED_TURNS", cap)
+            monkeypatch.setattr(scope_module, "EXACT_TURNS", cap if turns is None else turns)
             monkeypatch.setattr(scope_module, "SELECTIVE_SHARE", share)
             before = len(probes)
             got = kept.probe(conn, agent_id, slack)
             assert got is not None
+            few.append(got.few_turns)
             return got.selective, len(probes) - before
 
         assert probed(0.0, 1000, 1.0) == (True, 1)  # selective: probed ...
@@ -347,6 +410,14 @@ def test_a_broad_verdict_is_kept_and_a_selective_one_is_read_every_call(
         assert probed(0.0, 1000, 0.01) == (False, 1)  # broad by share (half of the turns)
         assert probed(5.0, 1000, 1.0) == (False, 0)  # kept for share_ttl only
         assert probed(11.0, 1000, 1.0) == (True, 1)
+        # too many passing turns for the facts, few enough to search the turns exactly: kept
+        # with that verdict for share_ttl (the turns may grow past EXACT_TURNS), then probed
+        kept = scope_module.BroadVerdicts(ttl=100.0, share_ttl=10.0, clock=lambda: now[0])
+        assert probed(0.0, 1, 1.0, turns=1000) == (False, 1) and few[-1]
+        assert probed(5.0, 1, 1.0, turns=1000) == (False, 0) and few[-1]
+        assert probed(11.0, 1, 1.0, turns=1) == (False, 1) and not few[-1]  # now more than allowed
+        assert probed(50.0, 1, 1.0, turns=1000) == (False, 0) and not few[-1]  # kept for ttl
+        assert probed(112.0, 1, 1.0, turns=1000) == (False, 1) and few[-1]
 
 
 def test_index_order_only_holds_inside_and_is_put_back(memory: Memory, pg_url: str) -> None:

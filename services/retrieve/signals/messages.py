@@ -12,7 +12,7 @@ from engramdb.services.retrieve.signals.keyword import keyword_filter, keyword_p
 from engramdb.services.retrieve.signals.shared import (
     Narrowing,
     batch,
-    exact_when_selective,
+    exact_turns_when_few,
     message_visibility,
     narrowing_params,
     nearest_cte,
@@ -56,7 +56,7 @@ def message_events(
     if qvec is not None:
         ctes.append(
             nearest_cte("mem_messages", "m", "message_id", message_visibility(as_of, scope=scope), exact_rows,
-                        exact_when_selective(small, scope))
+                        exact_turns_when_few(small, scope))
             + ", sem AS (SELECT message_id, 1 - d AS cos FROM nn WHERE d <= %(maxd)s)"
         )
         sources.append("SELECT message_id FROM sem")
@@ -151,7 +151,7 @@ def message_lists(
     limit = max(cfg.candidates.candidate_pool, cfg.sizes.topk_events * 4)
     if qvec is not None:
         sem = (nearest_cte("mem_messages", "m", "message_id", message_visibility(as_of, scope=scope), exact_rows,
-                        exact_when_selective(small, scope))
+                        exact_turns_when_few(small, scope))
                + ", sem AS (SELECT message_id, 1 - d AS cos FROM nn WHERE d <= %(maxd)s)")
     else:
         sem = "sem AS (SELECT NULL::text AS message_id, NULL::float8 AS cos WHERE FALSE)"

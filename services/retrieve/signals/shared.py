@@ -54,6 +54,9 @@ class Narrowing:
     turn_sql: str
     params: Mapping[str, Any] = field(default_factory=dict)
     selective: bool = False
+    # the passing turns are few enough to search exactly, though their facts are not
+    # (``scope.EXACT_TURNS``; implied by ``selective``): see ``exact_turns_when_few``
+    few_turns: bool = False
 
     def turn(self, alias: str) -> str:
         return self.turn_sql.replace(TURN_ALIAS, alias)
@@ -152,6 +155,17 @@ def exact_when_selective(small: bool | None, scope: Narrowing | None) -> bool | 
     """``nearest_cte``'s ``small``: the exact branch when the narrowing is selective (its few
     rows are sorted by distance), else the size gate's verdict."""
     return True if scope is not None and scope.selective else small
+
+
+def exact_turns_when_few(small: bool | None, scope: Narrowing | None) -> bool | None:
+    """``nearest_cte``'s ``small`` for a search of turns: the exact branch when the narrowing
+    is selective or its passing turns are few (``Narrowing.few_turns``), else the size
+    gate's verdict. Why turns apart from facts: a turn search reads only the turns, which
+    the session index (or the metadata GIN index) finds directly, ~1.5 µs a row, while a
+    fact's test is a recheck of its scope copy on a scattered row, ~2–3 µs. Ten sessions of
+    100 at 100k facts (5,000 turns, 10,000 facts): the turns' exact search 7.6 ms against
+    12.5 ms walked, the facts' 22 ms against 13 ms (ADR-0047)."""
+    return True if scope is not None and (scope.selective or scope.few_turns) else small
 
 
 def narrowing_params(scope: Narrowing | None) -> dict[str, Any]:
