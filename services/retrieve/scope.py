@@ -21,7 +21,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from engramdb.services.management.metadata_filter import MAX_BRANCHES, MetadataFilter
@@ -221,6 +221,10 @@ def probe_counted(conn: Any, agent_id: str, scope: Narrowing, cap: int | None = 
                "CASE WHEN v.selective THEN (SELECT coalesce(array_agg(DISTINCT x.fact_id), '{}')"
                " FROM p CROSS JOIN LATERAL (SELECT f.fact_id FROM mem_facts f WHERE"
                " f.source_message_ids @> ARRAY[p.message_id] AND f.agent_id = %(a)s) x) END")
+    # the passing turns' ids for the neighbour walk (``Narrowing.listed_turns``) when the facts
+    # are listed too: the verdict is then the call's; a copied one's is kept across calls
+    # (``BroadVerdicts``) and the walk's statement reads them itself
+    turn_listing = "NULL::text[]" if scope.copied else "(SELECT coalesce(array_agg(p.message_id), '{}') FROM p)"
     with custom_plans(conn):  # a generic plan (psycopg prepares after 5 runs) knows no sizes
         cur = conn.execute(
             f"WITH p AS MATERIALIZED (SELECT m.message_id, m.session_id FROM mem_messages m"
@@ -233,7 +237,7 @@ def probe_counted(conn: Any, agent_id: str, scope: Narrowing, cap: int | None = 
             f" v AS MATERIALIZED (SELECT c.p <= {cap} AND r.under AS selective,"
             f" c.p <= {turns_cap} AND r.under AS few FROM c, r)"
             f" SELECT v.selective, (SELECT c.p FROM c), (SELECT n.n FROM n), {listing},"
-            f" CASE WHEN v.selective THEN (SELECT coalesce(array_agg(p.message_id), '{{}}') FROM p) END,"
+            f" CASE WHEN v.selective THEN {turn_listing} END,"
             f" CASE WHEN v.selective THEN (SELECT count(DISTINCT p.session_id) FROM p) END, v.few FROM v",
             {"a": agent_id, "nw_share": share, "nw_known": int(turns_known), **scope.params},
             )
@@ -243,15 +247,16 @@ def probe_counted(conn: Any, agent_id: str, scope: Narrowing, cap: int | None = 
     if not row[0]:
         return Narrowing(scope.turn_sql, scope.params, False, bool(row[6])), int(row[1]), int(row[2])
     listed: dict[str, Any] = dict(scope.params) if scope.copied else {**scope.params, "nwf": list(row[3] or [])}
-    turns, sessions = list(row[4] or []), max(int(row[5] or 0), 1)
-    if len(turns) < LISTED_WALK_PER_SESSION * sessions:  # sparse in the sessions it touches
-        listed["nwt"] = turns
-    return Narrowing(scope.turn_sql, listed, True), int(row[1]), int(row[2])
+    passing, sessions = int(row[1]), max(int(row[5] or 0), 1)
+    sparse = passing < LISTED_WALK_PER_SESSION * sessions  # sparse in the sessions it touches
+    if sparse and not scope.copied:
+        listed["nwt"] = list(row[4] or [])
+    return Narrowing(scope.turn_sql, listed, True, sparse_turns=sparse), passing, int(row[2])
 
 
 class BroadVerdicts:
     """``probe`` that remembers which narrowings of an agent are broad (and whether their
-    passing turns are few, ``Narrowing.few_turns``).
+    passing turns are few, ``Narrowing.few_turns``), and which copied ones are selective.
 
     Why it may: the broad form (a per-row probe of the source turns) returns the right rows
     for ANY narrowing — the verdict only chooses the faster plan — and a narrowing that more
@@ -260,16 +265,19 @@ class BroadVerdicts:
     (few passing turns, but a large share of a small agent's) can flip as the agent grows:
     it is kept ``share_ttl``, and so is one with few passing turns (they may grow past
     ``EXACT_TURNS``; until then only the plan of the turn searches is older than the data).
-    A selective verdict carries the listed fact ids, which must be
-    read for the call: never kept. Saves the probe statement (~1.5 ms at 100k facts,
-    ``{"channel": "slack"}``) on every call but the first. Also kept: a lower bound of each
+    A selective verdict that carries listed fact ids (and turn ids), which must be read for
+    the call, is never kept; a ``copied`` one lists nothing (its facts are tested on their
+    scope copy, its neighbour walk reads its passing turns itself) and is kept ``share_ttl``:
+    more turns may pass by then, and until then only the plans are older than the data.
+    Saves the probe statement (~1.5 ms at 100k facts, ``{"channel": "slack"}``; ~6 ms for an
+    ``OR`` of two 2 % values) on every call but the first. Also kept: a lower bound of each
     agent's turns (append-only too), so a selective probe counts them only when the bound
     cannot decide the share (~1 ms of a 2 % filter's probe at 100k)."""
 
     def __init__(self, ttl: float = 3600.0, share_ttl: float = 60.0, max_kept: int = 10_000,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.ttl, self.share_ttl, self.max_kept, self.clock = ttl, share_ttl, max_kept, clock
-        self._kept: dict[tuple[str, str], tuple[float, bool]] = {}  # -> (until, few turns)
+        self._kept: dict[tuple[str, str], tuple[float, Narrowing]] = {}  # -> (until, verdict)
         self._turns: dict[str, tuple[float, int]] = {}  # agent -> (until, turns at least)
         self._lock = threading.Lock()
 
@@ -282,7 +290,7 @@ class BroadVerdicts:
             kept = self._kept.get(key)
             turns = self._turns.get(agent_id)
         if kept is not None and kept[0] > now:
-            return replace(scope, few_turns=kept[1])
+            return kept[1]
         known = turns[1] if turns is not None and turns[0] > now else 0
         decided, passing, counted = probe_counted(conn, agent_id, scope, turns_known=known)
         with self._lock:
@@ -293,5 +301,8 @@ class BroadVerdicts:
                 self._turns[agent_id] = (now + self.ttl, counted)
             if not decided.selective:
                 until = now + (self.ttl if passing > few_turns_cap(scope) else self.share_ttl)
-                self._kept[key] = (until, decided.few_turns)
+                self._kept[key] = (until, decided)
+            elif scope.copied:
+                assert "nwf" not in decided.params and "nwt" not in decided.params, "a kept verdict lists nothing"
+                self._kept[key] = (now + self.share_ttl, decided)
         return decided

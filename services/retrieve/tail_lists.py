@@ -183,15 +183,18 @@ def neighbours(
     if not anchors or span <= 0:
         return Neighbours()
     listed = scope.listed_turns() if scope is not None else None
-    if listed is not None:
+    passing = ""
+    if listed is not None and scope is not None:
         side, visible = _LISTED_SIDE, message_visibility(as_of, "i", listed)
+        passing = listed.passing_turns_cte(scope)
     else:
         side, visible = _SIDE, message_visibility(as_of, "n", scope)
     row = turn_row("n")
     # narrowed: the walk in the index's order, never a bitmap of the filter + a sort (see
     # ``index_order_only``); unnarrowed, the statement and its plans are as before
     with index_order_only(conn) if scope is not None else nullcontext():
-        found = _neighbour_rows(conn, side, visible, row, agent_id, anchors, span, as_of, qvec, speakers, scope)
+        found = _neighbour_rows(conn, side, visible, row, agent_id, anchors, span, as_of, qvec, speakers, scope,
+                                passing)
     out = Neighbours()
     for anchor, offset, *turn, named, _ in found:
         out.pairs.append((str(anchor), str(turn[0]), int(offset), bool(named)))
@@ -234,10 +237,11 @@ _LISTED_SIDE = """
 
 def _neighbour_rows(conn: Any, side: str, visible: str, row: str, agent_id: str, anchors: Sequence[str],
                     span: int, as_of: Any, qvec: str | None, speakers: Sequence[str],
-                    scope: Narrowing | None) -> list[tuple[Any, ...]]:
+                    scope: Narrowing | None, passing: str = "") -> list[tuple[Any, ...]]:
     return conn.execute(
         "WITH a AS MATERIALIZED (SELECT m.message_id, m.session_id, m.occurred_at, m.recorded_at FROM mem_messages m"
         " WHERE m.agent_id = %(a)s AND m.message_id = ANY(%(ids)s) AND m.session_id IS NOT NULL)"
+        + passing
         + side.format(sign="-1", o="DESC", cmp="<", visible=visible, row=row)
         + " UNION ALL"
         + side.format(sign="1", o="ASC", cmp=">", visible=visible, row=row),

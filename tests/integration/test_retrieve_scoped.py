@@ -367,14 +367,16 @@ def test_broad_forms_return_the_same_nearest_facts(memory: Memory, agent_id: str
                 assert got["broad"] and {i for i, _ in got["broad"]} <= passing, (text, pool)
 
 
+@pytest.mark.parametrize("memory", ["selective"], indirect=True)
 def test_a_broad_verdict_is_kept_and_a_selective_one_is_read_every_call(
         memory: Memory, agent_id: str, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """``BroadVerdicts``: a narrowing more than ``SELECTIVE_TURNS`` turns pass stays broad (turns
     are append-only), so its probe runs once per ``ttl``; broad by share only for ``share_ttl``;
-    a selective one (its listed fact ids) is probed on every call."""
+    a selective one that lists its facts (``nwf``) is probed on every call. (Tested through
+    the source turns: a copied selective verdict lists nothing and is kept, below.)"""
     now = [0.0]
     kept = scope_module.BroadVerdicts(ttl=100.0, share_ttl=10.0, clock=lambda: now[0])
-    slack = narrowing(RetrieveFilter.of(metadata={"channel": "slack"}))
+    slack = narrowing(RetrieveFilter.of(metadata={"channel": "slack"}), fact_copy=False)
     with _schema_conn(memory, pg_url) as conn:
         probes: list[str] = []
         real = conn.execute
@@ -418,6 +420,13 @@ def test_a_broad_verdict_is_kept_and_a_selective_one_is_read_every_call(
         assert probed(11.0, 1, 1.0, turns=1) == (False, 1) and not few[-1]  # now more than allowed
         assert probed(50.0, 1, 1.0, turns=1000) == (False, 0) and not few[-1]  # kept for ttl
         assert probed(112.0, 1, 1.0, turns=1000) == (False, 1) and few[-1]
+        # a copied selective verdict (nothing listed for the call) is kept share_ttl
+        slack = narrowing(RetrieveFilter.of(metadata={"channel": "slack"}))
+        assert slack is not None and slack.copied
+        kept = scope_module.BroadVerdicts(ttl=100.0, share_ttl=10.0, clock=lambda: now[0])
+        assert probed(0.0, 1000, 1.0) == (True, 1)
+        assert probed(5.0, 1000, 1.0) == (True, 0)
+        assert probed(11.0, 1, 1.0) == (False, 1)  # probed again: now broad by count
 
 
 def test_index_order_only_holds_inside_and_is_put_back(memory: Memory, pg_url: str) -> None:
@@ -473,11 +482,14 @@ def test_a_narrowed_neighbour_walk_finds_the_first_passing_turns_in_order(
         turns = sorted(mem.list_messages(agent_id, limit=100).items, key=lambda t: (t.occurred_at, t.message_id))
         anchors = ["m00", "m13", "m30", "m47", "m59"]
         with mem.cell(agent_id).pool.connection() as conn:
-            for tree in ({"rare": "yes"}, {"half": "yes"}):
-                compiled = narrowing(RetrieveFilter.of(metadata=tree))
-                # probed as selective, the passing turns listed: the index-only walk (ADR-0047)
+            for tree, copied in itertools.product(({"rare": "yes"}, {"half": "yes"}), (True, False)):
+                compiled = narrowing(RetrieveFilter.of(metadata=tree), fact_copy=copied)
+                # probed as selective, the passing turns listed: the index-only walk (ADR-0047);
+                # by the probe (``nwt``) when it lists the facts too, else read by the walk's
+                # own statement (a copied verdict is kept across calls, ``BroadVerdicts``)
                 listed = probe(conn, agent_id, compiled, cap=1000, share=1.0)
                 assert listed is not None and listed.listed_turns() is not None
+                assert ("nwt" in listed.params) is not copied
                 for scope, span in itertools.product((compiled, listed), (1, 2, 3)):
                     got = tail_lists.neighbours(conn, agent_id, anchors, span, None, scope=scope)
                     expected = []
@@ -490,9 +502,9 @@ def test_a_narrowed_neighbour_walk_finds_the_first_passing_turns_in_order(
                         expected += [(anchor, t.message_id, -k) for k, t in enumerate(reversed(before[-span:]), 1)]
                         expected += [(anchor, t.message_id, k) for k, t in enumerate(after[:span], 1)]
                     pairs = sorted((p[0], p[1], p[2]) for p in got.pairs)
-                    assert pairs == sorted(expected), (tree, span, scope.selective)
+                    assert pairs == sorted(expected), (tree, copied, span, scope.selective)
                     assert {p[1] for p in got.pairs} == set(got.rows), "each neighbour comes with its row"
-            _listed_walk_is_index_only(conn, agent_id, anchors, listed)
+                _listed_walk_is_index_only(conn, agent_id, anchors, listed)
             # passing turns dense in their sessions (here: more than 1 a session) are not listed
             monkeypatch.setattr(scope_module, "LISTED_WALK_PER_SESSION", 1)
             dense = probe(conn, agent_id, narrowing(RetrieveFilter.of(metadata={"half": "yes"})), cap=1000, share=1.0)

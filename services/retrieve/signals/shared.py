@@ -57,6 +57,9 @@ class Narrowing:
     # the passing turns are few enough to search exactly, though their facts are not
     # (``scope.EXACT_TURNS``; implied by ``selective``): see ``exact_turns_when_few``
     few_turns: bool = False
+    # selective, its passing turns lie sparse in the sessions they touch (``scope.probe``):
+    # a walk of the session-order index tests their ids (``listed_turns``)
+    sparse_turns: bool = False
 
     def turn(self, alias: str) -> str:
         return self.turn_sql.replace(TURN_ALIAS, alias)
@@ -114,19 +117,33 @@ class Narrowing:
         return frozenset(self.params.get("nwf") or ()) if self.selective and not self.copied else None
 
     def listed_turns(self) -> Narrowing | None:
-        """A selective narrowing whose probe listed its passing turns (``nwt``), as a
-        narrowing that tests a turn's id against that list instead of its session and
+        """A selective narrowing whose passing turns lie sparse (``sparse_turns``), as a
+        narrowing that tests a turn's id against the list of them instead of its session and
         metadata (``None`` otherwise). Why: the test then reads only the turn's key, so a walk
         of an index holding the key (``tail_lists.neighbours``, the session-order index) can
         skip the turns that do not pass without reading their rows — a rare filter spread
-        over every session read ~50 rows per passing neighbour (ADR-0047). The list is read
-        once per call, like ``nwf``: a turn projected after the probe is left out."""
-        if not self.selective or "nwt" not in self.params:
+        over every session read ~50 rows per passing neighbour (ADR-0047).
+
+        The list: the probe's (``nwt``, read once per call like ``nwf``: a turn projected
+        after the probe is left out) when it listed the facts too; else (a ``copied``
+        narrowing, whose verdict ``BroadVerdicts`` keeps across calls) the statement reads it
+        itself, once, as the CTE ``passing_turns_cte`` names."""
+        if not self.selective or not self.sparse_turns:
             return None
         # ``IS TRUE``: a hashed subplan, built once per statement; a bare ``IN`` was pulled up
         # into a semi-join that hashed the list again for every anchor (4.0 vs 2.6 ms)
-        return Narrowing(f"({TURN_ALIAS}.message_id IN (SELECT unnest(%(nwt)s::text[]))) IS TRUE",
-                         self.params, True)
+        listed = ("SELECT unnest(%(nwt)s::text[])" if "nwt" in self.params
+                  else f"SELECT {PASSING_TURNS}.message_id FROM {PASSING_TURNS}")
+        return Narrowing(f"({TURN_ALIAS}.message_id IN ({listed})) IS TRUE", self.params, True, sparse_turns=True)
+
+    def passing_turns_cte(self, original: Narrowing) -> str:
+        """The CTE a ``listed_turns`` narrowing without ``nwt`` reads (``, name AS …``, to
+        append to a statement's WITH; empty when it has the list): the passing turns of
+        ``original`` (the narrowing ``listed_turns`` was asked of), read once a statement."""
+        if "nwt" in self.params:
+            return ""
+        return (f", {PASSING_TURNS} AS MATERIALIZED (SELECT p.message_id FROM mem_messages p"
+                f" WHERE p.agent_id = %(a)s AND {original.turn('p')})")
 
     def fact_late(self, alias: str) -> str:
         """``fact``'s per-row probe as a ``late_probe``, for rows read in a fenced order."""
@@ -135,6 +152,9 @@ class Narrowing:
     def _source_turn(self, alias: str) -> str:
         return (f"SELECT true FROM mem_messages nw WHERE nw.agent_id = {alias}.agent_id"
                 f" AND nw.message_id = ANY({alias}.source_message_ids) AND {self.turn('nw')}")
+
+
+PASSING_TURNS = "nw_passing"  # the CTE of a statement's passing turns (``Narrowing.passing_turns_cte``)
 
 
 def copy_param_names(count: int) -> list[str]:
