@@ -66,6 +66,7 @@ from engramdb.services.retrieve.signals.rrf_lists import (
     bm25_fact_signal,
     message_bm25,
     message_signals,
+    message_signals_and_swept,
 )
 from engramdb.services.retrieve.size_gate import SizeGate
 from engramdb.services.retrieve.stages import (
@@ -278,21 +279,27 @@ class Retriever:
             call.trace.note(within_selective=call.scope.selective if call.scope else None,
                             within_few_turns=call.scope.few_turns if call.scope else None)
         call.trace.note(keyword_mode=call.modes)
-        f_events = self._workers.submit(self._events_signal, call) if call.cfg.sizes.topk_events > 0 else None
         selective = call.scope is not None and call.scope.selective
-        if selective:  # the subject first: its facts may be read with the semantic ones
+        exact_turns = call.scope is not None and (selective or call.scope.few_turns)
+        if exact_turns:  # the subject first: its facts / turns may be read with the semantic ones
             names, swept = self._names_and_subject(call, conn)
+        # the sweep's turns read by the turn lists' statement, on the events worker (ADR-0047)
+        turns_merged = self._workers.concurrent and subject_sweep.turns_merged(
+            call, swept if exact_turns else None, self.exact_search_rows)
+        f_events = (self._workers.submit(self._events_signal, call, swept if turns_merged else None)
+                    if call.cfg.sizes.topk_events > 0 else None)
         # merged only when the question's vector is already there (a cached or precomputed
         # embedding): while it is still being embedded, the sweep's facts run beside it on
         # the sweep's own vector instead of waiting for it after the embedding (ADR-0047)
         merged = (self._workers.concurrent and subject_sweep.facts_merged(call, swept if selective else None)
                   and call.f_embed.done())
         f_side, keyword = self._start_side_signals(call, conn, semantic=not merged)
-        if not selective:
+        if not exact_turns:
             names, swept = self._names_and_subject(call, conn)
         # the sweep's statements on a worker, as soon as its vector is there: beside the plan,
         # the graph and the semantic search instead of after them (ADR-0038)
-        f_sweep = self._workers.submit(self._sweep_signal, call, swept, not merged) if swept is not None else None
+        f_sweep = (self._workers.submit(self._sweep_signal, call, swept, not merged, not turns_merged)
+                   if swept is not None else None)
         plan, lookup, anchor = plan_stage(call, conn, names)
         # graph and spreading only feed the formula and the graph list: when rank fusion gives
         # both no weight, their statements would be spent on nothing
@@ -398,18 +405,23 @@ class Retriever:
             near = self._semantic_facts(side_conn, call, qv)
         return found, kw_ms, near, ms(sem_start)
 
-    def _sweep_signal(self, call: RetrieveCall, started: subject_sweep.Started, facts: bool) -> subject_sweep.Swept:
+    def _sweep_signal(self, call: RetrieveCall, started: subject_sweep.Started, facts: bool,
+                      turns: bool) -> subject_sweep.Swept:
         """The subject sweep's statements on a worker connection (ADR-0038); ``facts``: also
-        its facts over every fact, unless the side worker reads them (``facts_merged``)."""
+        its facts over every fact, unless the request thread reads them (``facts_merged``);
+        ``turns``: its turns over every turn, unless the events worker reads them
+        (``turns_merged``)."""
         with self._workers.connection() as sweep_conn:
-            return subject_sweep.run(call, sweep_conn, started, call.query_vector, self.exact_search_rows, facts)
+            return subject_sweep.run(call, sweep_conn, started, call.query_vector, self.exact_search_rows, facts,
+                                     turns)
 
-    def _events_signal(self, call: RetrieveCall) -> EventsOut:
-        """Messages run beside the fact signals on a worker connection (the second core)."""
+    def _events_signal(self, call: RetrieveCall, started: subject_sweep.Started | None) -> EventsOut:
+        """Messages run beside the fact signals on a worker connection (the second core);
+        ``started``: with the subject sweep's turns (``turns_merged``)."""
         with self._workers.connection() as ev_conn:
-            return self._events_on(ev_conn, call)
+            return self._events_on(ev_conn, call, started)
 
-    def _events_on(self, conn: Any, call: RetrieveCall) -> EventsOut:
+    def _events_on(self, conn: Any, call: RetrieveCall, started: subject_sweep.Started | None = None) -> EventsOut:
         bm25_ms = 0.0
         bm25_found = None
         if call.cfg.scoring.ranking == "rrf":  # BM25 needs no vector: read while it is embedded (ADR-0042)
@@ -417,7 +429,15 @@ class Retriever:
             bm25_found = message_bm25(conn, call)
             bm25_ms = ms(bm25_start)
         qv = call.query_vector()
+        # the name-less question's vector (a database worker may wait for the embedding
+        # thread); without it the sweep reports its error and the lists run alone
+        sweep_vec = None if started is None else _vector_or_none(started[1])
         ev_start = time.perf_counter()
+        if sweep_vec is not None:
+            fetch = subject_sweep.fetch_for(call.cfg.candidates.candidate_pool,
+                                            call.cfg.sweeps.subject_sweep_per_session)
+            sig, rows_, swept = message_signals_and_swept(conn, call, qv, sweep_vec, fetch, bm25_found)
+            return sig, rows_, bm25_ms + ms(ev_start), swept
         if call.cfg.scoring.ranking == "rrf":
             sig, rows_ = message_signals(conn, call, qv, self.exact_search_rows, bm25_found)
         else:
@@ -425,7 +445,7 @@ class Retriever:
                 conn, call.agent_id, qv, call.words, call.cfg, call.floor, call.as_of,
                 call.modes["mem_messages"], self.exact_search_rows, call.small.get("mem_messages"),
                 scope=call.scope)
-        return sig, rows_, bm25_ms + ms(ev_start)
+        return sig, rows_, bm25_ms + ms(ev_start), None
 
     def _graph(
         self, call: RetrieveCall, conn: Any, plan: RetrievalPlan, lookup: PlannerLookup, anchor: datetime
@@ -492,7 +512,9 @@ class Retriever:
         event_rows: list[tuple[Any, ...]] = []
         call.trace.timings["events"] = 0.0
         if f_events is not None:
-            event_signals, event_rows, call.trace.timings["events"] = f_events.result()
+            event_signals, event_rows, call.trace.timings["events"], swept = f_events.result()
+            if swept is not None:
+                subject_sweep.with_turns(call, swept)
         known = {row[0] for row in event_rows}
         for row in call.subject_rows:  # the subject sweep's turns (ADR-0025)
             event_signals.setdefault(row[0], {})["subject"] = 1.0

@@ -22,8 +22,9 @@ from engramdb.services.retrieve.trace import Trace, ms
 
 # (keyword facts, their ms, semantic facts, their ms) from the side connection
 SideOut = tuple[list[tuple[str, float]], float, list[tuple[str, float]], float]
-# (message signals, message rows, ms) from the messages connection
-EventsOut = tuple[dict[str, dict[str, float]], list[tuple[Any, ...]], float]
+# (message signals, message rows, ms, the subject sweep's turns when read with them) from
+# the messages connection
+EventsOut = tuple[dict[str, dict[str, float]], list[tuple[Any, ...]], float, "signals.SweptTurns | None"]
 
 
 @dataclass

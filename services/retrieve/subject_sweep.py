@@ -44,6 +44,7 @@ from engramdb.services.retrieve.signals.shared import (
     nearest_cte,
     set_hnsw,
 )
+from engramdb.services.retrieve.signals.swept_turns import SweptTurns
 from engramdb.services.retrieve.stages import RetrieveCall
 
 MAX_SUBJECTS = 2  # "What do Jon and Gina both like?" sweeps both; three or more: not about one subject
@@ -186,11 +187,13 @@ def sweep(
     only_subject: bool = True,
     scope: Narrowing | None = None,
     facts: bool = True,
+    turns: bool = True,
 ) -> SweepOut:
     """The subject's facts (by entity) and turns (by speaker), nearest to ``qvec`` (the
     name-less question's vector) first, at most ``per_session`` per session (facts: per day
     they became valid). No similarity threshold: the sweep ranks, fusion decides. Without
-    ``facts`` only the turns: the facts are read with the semantic search (``facts_merged``)."""
+    ``facts`` no facts: they are read with the semantic search (``facts_merged``); without
+    ``turns`` no turns: they are read with the turn lists (``turns_merged``)."""
     fetch = fetch_for(limit, per_session)
     visible, late, late_cols = fact_scope_split(as_of, scope)
     facts_where = f"{visible} AND f.confidence >= %(minc)s"
@@ -214,13 +217,13 @@ def sweep(
             " SELECT nn.fact_id, nn.day FROM nn ORDER BY nn.d, nn.fact_id",
             params,
         )
-        msgs = conn.execute(
+        msgs = None if not turns else conn.execute(
             f"WITH {nearest_cte('mem_messages', 'm', 'message_id', msgs_where, exact_rows, small[1], _SESSION)}"
             " SELECT nn.message_id, nn.session_id FROM nn ORDER BY nn.d, nn.message_id",
             params,
         )
     fact_rows = [] if found is None else found.fetchall()
-    msg_rows = msgs.fetchall()
+    msg_rows = [] if msgs is None else msgs.fetchall()
     return SweepOut(
         fact_ids=cap_per_group([(r[0], r[1]) for r in fact_rows], per_session)[:limit],
         message_ids=cap_per_group([(r[0], r[1]) for r in msg_rows], per_session)[:limit],
@@ -331,8 +334,31 @@ def with_facts(swept: Swept, rows: list[tuple[str, str]], cfg: RetrieveConfig) -
     return swept
 
 
+def turns_merged(call: RetrieveCall, started: Started | None, exact_rows: int) -> bool:
+    """Whether the sweep's turns over every turn are read by the turn lists' statement
+    (``signals.message_lists_and_swept``, on the events worker) instead of its own: both are
+    exact searches over the same passing turns when the narrowing's turns are searched
+    exactly (``exact_turns_when_few``), read once that way (ADR-0047)."""
+    scope = call.scope
+    return (started is not None and scope is not None and (scope.selective or scope.few_turns)
+            and exact_rows > 0 and call.cfg.sizes.topk_events > 0 and call.cfg.scoring.ranking == "rrf"
+            and enabled(call.cfg.fusion.rrf_weights, SWEEP_LISTS)
+            and not call.cfg.sweeps.subject_sweep_only_subject)
+
+
+def with_turns(call: RetrieveCall, turns: SweptTurns) -> None:
+    """Hand the sweep's turns ``turns_merged`` read with the turn lists to the call, as
+    ``apply`` hands those ``run`` reads: capped per session and cut as ``sweep`` does, their
+    rows added to the sweep's (the named persons' turns') rows."""
+    ids = cap_per_group(turns.nearest, call.cfg.sweeps.subject_sweep_per_session)[: call.cfg.candidates.candidate_pool]
+    call.lists["message_subject"] = (EVENT, ids)
+    known = {row[0] for row in call.subject_rows}
+    call.subject_rows = [*call.subject_rows, *(turns.rows[i] for i in ids if i not in known)]
+    call.trace.count(subject_messages=len(ids))
+
+
 def run(call: RetrieveCall, conn: Any, started: Started, query_vector: Callable[[], str | None],
-        exact_rows: int, facts: bool = True) -> Swept:
+        exact_rows: int, facts: bool = True, turns: bool = True) -> Swept:
     """The sweep's statements, once the name-less question's vector is there: the subject's
     and the named persons' facts and turns, and the swept turns' rows (cosine to the whole
     question, ``query_vector()``). Reads the call, never writes it.
@@ -354,7 +380,7 @@ def run(call: RetrieveCall, conn: Any, started: Started, query_vector: Callable[
                     limit=cfg.candidates.candidate_pool, ef_search=cfg.candidates.hnsw_ef_search,
                     per_session=cfg.sweeps.subject_sweep_per_session, exact_rows=exact_rows,
                     small=_small(call), only_subject=cfg.sweeps.subject_sweep_only_subject, scope=call.scope,
-                    facts=facts)
+                    facts=facts, turns=turns)
     if enabled(cfg.fusion.rrf_weights, PERSON_LISTS) and (
             cfg.sweeps.person_sweep_scope == "any" or is_list_question(call.query)):
         people = sweep_people(conn, call.agent_id, subject, vec, as_of=call.as_of,

@@ -130,6 +130,36 @@ def test_the_sweep_facts_read_with_the_semantic_ones_are_the_same(memory: Memory
     assert merged.trace["candidates"] == apart.trace["candidates"]
 
 
+def test_the_sweep_turns_read_with_the_turn_lists_are_the_same(memory: Memory, agent_id: str,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the narrowing's turns are searched exactly (selective, or few turns) the subject
+    sweep's turns over every turn are read by the turn lists' statement on the events worker
+    (``subject_sweep.turns_merged``, one read of the passing turns, ADR-0047): the call
+    returns exactly what the two statements apart return, in both forms; walked (broad), the
+    two stay apart."""
+    from engramdb.services.retrieve import signals, subject_sweep
+
+    question, where = "What does Ana play on Sundays?", {"channel": "slack"}
+    decided: list[bool] = []
+    read_once: list[int] = []
+    real, real_read = subject_sweep.turns_merged, signals.message_lists_and_swept
+    monkeypatch.setattr(subject_sweep, "turns_merged",
+                        lambda *a: decided.append(real(*a)) or decided[-1])
+    monkeypatch.setattr(signals, "message_lists_and_swept",
+                        lambda *a, **k: read_once.append(1) or real_read(*a, **k))
+    merged = memory.retrieve(agent_id, question, metadata=where)
+    monkeypatch.setattr(subject_sweep, "turns_merged", lambda *a: False)
+    apart = memory.retrieve(agent_id, question, metadata=where)
+    assert merged.trace["subject_sweep"] is not None, "the question names a subject to sweep"
+    exact = merged.trace["within_selective"] or merged.trace["within_few_turns"]
+    assert decided == [exact] and bool(read_once) is exact
+    assert merged.trace["candidates"]["subject_messages"] > 0
+    assert [(f.fact_id, f.score) for f in merged.facts] == [(f.fact_id, f.score) for f in apart.facts]
+    assert [(e.message_id, e.score) for e in merged.events] == [(e.message_id, e.score) for e in apart.events]
+    assert merged.context == apart.context
+    assert merged.trace["candidates"] == apart.trace["candidates"]
+
+
 def test_bad_narrowing_is_a_value_error(memory: Memory, agent_id: str) -> None:
     with pytest.raises(ValueError, match="unknown operator"):
         memory.retrieve(agent_id, "x", metadata={"channel": {"like": "s%"}})

@@ -61,6 +61,7 @@ from engramdb.services.retrieve.signals.shared import (
     set_hnsw,
     similarity_threshold,
 )
+from engramdb.services.retrieve.signals.swept_turns import SweptTurns, message_lists_and_swept
 
 __all__ = [
     "DF_CAP",
@@ -92,6 +93,7 @@ __all__ = [
     "match_count",
     "message_events",
     "message_lists",
+    "message_lists_and_swept",
     "message_rows",
     "message_visibility",
     "narrowing_params",
@@ -101,6 +103,7 @@ __all__ = [
     "patterns_from",
     "prefetch_patterns",
     "semantic_and_swept_facts",
+    "SweptTurns",
     "semantic_facts",
     "set_hnsw",
     "similarity_threshold",

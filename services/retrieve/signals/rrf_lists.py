@@ -50,6 +50,26 @@ def message_signals(
                                              call.floor, call.as_of, exact_rows,
                                              call.small.get("mem_messages"), bm25_found=bm25_found,
                                              scope=call.scope)
+    return _as_signals(call, sig, rows, found)
+
+
+def message_signals_and_swept(
+    conn: Any, call: RetrieveCall, qvec: str | None, sweep_vec: str, sweep_fetch: int,
+    bm25_found: list[tuple[str, float]] | None = None,
+) -> tuple[dict[str, dict[str, float]], list[tuple[Any, ...]], signals.SweptTurns]:
+    """``message_signals`` and the subject sweep's turns from one read of the passing turns
+    (``signals.message_lists_and_swept``; ``subject_sweep.turns_merged`` says when)."""
+    assert call.scope is not None
+    sig, rows, found, swept = signals.message_lists_and_swept(
+        conn, call.agent_id, qvec, sweep_vec, keyword_query(call), call.cfg, call.floor, call.as_of, call.scope,
+        sweep_fetch, bm25_found=bm25_found)
+    sig, rows = _as_signals(call, sig, rows, found)
+    return sig, rows, swept
+
+
+def _as_signals(call: RetrieveCall, sig: dict[str, dict[str, float]], rows: list[tuple[Any, ...]],
+                found: list[tuple[str, float]]) -> tuple[dict[str, dict[str, float]], list[tuple[Any, ...]]]:
+    """The two turn lists into ``call.lists`` and BM25's normalised scores into the signals."""
     by_cosine = sorted(((mid, s["cosine"]) for mid, s in sig.items() if "cosine" in s),
                        key=lambda t: (-t[1], t[0]))
     call.lists["message_semantic"] = (EVENT, [mid for mid, _ in by_cosine])
