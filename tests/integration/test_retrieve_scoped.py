@@ -515,11 +515,11 @@ def test_a_narrowed_neighbour_walk_finds_the_first_passing_turns_in_order(
             for tree, copied in itertools.product(({"rare": "yes"}, {"half": "yes"}), (True, False)):
                 compiled = narrowing(RetrieveFilter.of(metadata=tree), fact_copy=copied)
                 # probed as selective, the passing turns listed: the index-only walk (ADR-0047);
-                # by the probe (``nwt``) when it lists the facts too, else read by the walk's
-                # own statement (a copied verdict is kept across calls, ``BroadVerdicts``)
+                # by the probe (``nwt``) when it lists the facts too, else by the walk, in a
+                # statement before its own (a copied verdict is kept across calls)
                 listed = probe(conn, agent_id, compiled, cap=1000, share=1.0)
-                assert listed is not None and listed.listed_turns() is not None
-                assert ("nwt" in listed.params) is not copied
+                assert listed is not None and ("nwt" in listed.params) is not copied
+                assert (listed.listed_turns() is not None) is not copied and listed.lists_turns_late is copied
                 for scope, span in itertools.product((compiled, listed), (1, 2, 3)):
                     got = tail_lists.neighbours(conn, agent_id, anchors, span, None, scope=scope)
                     expected = []

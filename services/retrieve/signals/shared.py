@@ -117,33 +117,31 @@ class Narrowing:
         return frozenset(self.params.get("nwf") or ()) if self.selective and not self.copied else None
 
     def listed_turns(self) -> Narrowing | None:
-        """A selective narrowing whose passing turns lie sparse (``sparse_turns``), as a
-        narrowing that tests a turn's id against the list of them instead of its session and
-        metadata (``None`` otherwise). Why: the test then reads only the turn's key, so a walk
-        of an index holding the key (``tail_lists.neighbours``, the session-order index) can
-        skip the turns that do not pass without reading their rows — a rare filter spread
-        over every session read ~50 rows per passing neighbour (ADR-0047).
-
-        The list: the probe's (``nwt``, read once per call like ``nwf``: a turn projected
-        after the probe is left out) when it listed the facts too; else (a ``copied``
-        narrowing, whose verdict ``BroadVerdicts`` keeps across calls) the statement reads it
-        itself, once, as the CTE ``passing_turns_cte`` names."""
-        if not self.selective or not self.sparse_turns:
+        """A selective narrowing whose passing turns are listed (``nwt``), as a narrowing that
+        tests a turn's id against that list instead of its session and metadata (``None``
+        otherwise). Why: the test then reads only the turn's key, so a walk of an index
+        holding the key (``tail_lists.neighbours``, the session-order index) can skip the
+        turns that do not pass without reading their rows — a rare filter spread over every
+        session read ~50 rows per passing neighbour (ADR-0047). The list is the probe's when
+        it listed the facts too (read once per call, like ``nwf``: a turn projected after the
+        probe is left out), else the walk's own (``with_listed_turns``)."""
+        if not self.selective or "nwt" not in self.params:
             return None
         # ``IS TRUE``: a hashed subplan, built once per statement; a bare ``IN`` was pulled up
         # into a semi-join that hashed the list again for every anchor (4.0 vs 2.6 ms)
-        listed = ("SELECT unnest(%(nwt)s::text[])" if "nwt" in self.params
-                  else f"SELECT {PASSING_TURNS}.message_id FROM {PASSING_TURNS}")
-        return Narrowing(f"({TURN_ALIAS}.message_id IN ({listed})) IS TRUE", self.params, True, sparse_turns=True)
+        return Narrowing(f"({TURN_ALIAS}.message_id IN (SELECT unnest(%(nwt)s::text[]))) IS TRUE",
+                         self.params, True, sparse_turns=True)
 
-    def passing_turns_cte(self, original: Narrowing) -> str:
-        """The CTE a ``listed_turns`` narrowing without ``nwt`` reads (``, name AS …``, to
-        append to a statement's WITH; empty when it has the list): the passing turns of
-        ``original`` (the narrowing ``listed_turns`` was asked of), read once a statement."""
-        if "nwt" in self.params:
-            return ""
-        return (f", {PASSING_TURNS} AS MATERIALIZED (SELECT p.message_id FROM mem_messages p"
-                f" WHERE p.agent_id = %(a)s AND {original.turn('p')})")
+    @property
+    def lists_turns_late(self) -> bool:
+        """Selective and sparse, its passing turns not listed by the probe (a ``copied``
+        verdict, kept across calls by ``BroadVerdicts``): the neighbour walk reads them."""
+        return self.selective and self.sparse_turns and "nwt" not in self.params
+
+    def with_listed_turns(self, turn_ids: list[str]) -> Narrowing:
+        """This narrowing with its passing turns listed (``nwt``, for ``listed_turns``)."""
+        return Narrowing(self.turn_sql, {**self.params, "nwt": turn_ids}, self.selective, self.few_turns,
+                         self.sparse_turns)
 
     def fact_late(self, alias: str) -> str:
         """``fact``'s per-row probe as a ``late_probe``, for rows read in a fenced order."""
@@ -153,8 +151,6 @@ class Narrowing:
         return (f"SELECT true FROM mem_messages nw WHERE nw.agent_id = {alias}.agent_id"
                 f" AND nw.message_id = ANY({alias}.source_message_ids) AND {self.turn('nw')}")
 
-
-PASSING_TURNS = "nw_passing"  # the CTE of a statement's passing turns (``Narrowing.passing_turns_cte``)
 
 
 def copy_param_names(count: int) -> list[str]:
