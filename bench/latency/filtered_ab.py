@@ -9,7 +9,7 @@ and data run each contender under four settings, interleaved and rotated every r
 
 - ``all``: as shipped;
 - ``no-merge``: the semantic search and the subject sweep read the listed facts apart
-  (``subject_sweep.facts_merged`` answers no);
+  (``sweep_merged.facts_merged`` answers no);
 - ``no-listed``: the narrowed neighbour walk tests each turn's metadata, not the listed turns
   (``Narrowing.listed_turns`` answers ``None``);
 - ``neither``: both off.
@@ -36,14 +36,14 @@ from bench.latency.filtered import contenders  # noqa: E402
 from bench.latency.report import percentile  # noqa: E402
 from bench.latency.retrieve import InLoopEmbedder, load_model, queries_for  # noqa: E402
 from engramdb.infra.read_pool import open_worker_pool  # noqa: E402
-from engramdb.services.retrieve import Retriever, subject_sweep  # noqa: E402
+from engramdb.services.retrieve import Retriever, sweep_merged  # noqa: E402
 from engramdb.services.retrieve.signals import shared  # noqa: E402
 
 LABELS = ("unfiltered", "session", "metadata-rare", "metadata-rare-spread")
 
 
 def settings() -> dict[str, tuple[Callable[..., Any], Callable[..., Any]]]:
-    merged, listed = subject_sweep.facts_merged, shared.Narrowing.listed_turns
+    merged, listed = sweep_merged.facts_merged, shared.Narrowing.listed_turns
     never_merged: Callable[..., Any] = lambda call, started: False  # noqa: E731
     never_listed: Callable[..., Any] = lambda self: None  # noqa: E731
     return {"all": (merged, listed), "no-merge": (never_merged, listed),
@@ -58,7 +58,7 @@ def measure(retriever: Retriever, agent: str, queries: list[str], runs: int) -> 
     try:
         for run in range(runs):
             for name, (merged, listed) in order[run % len(order):] + order[: run % len(order)]:
-                subject_sweep.facts_merged = merged  # type: ignore[assignment]
+                sweep_merged.facts_merged = merged  # type: ignore[assignment]
                 shared.Narrowing.listed_turns = listed  # type: ignore[method-assign]
                 for label in LABELS:
                     within = named[label]
@@ -69,7 +69,7 @@ def measure(retriever: Retriever, agent: str, queries: list[str], runs: int) -> 
                              for i, text in enumerate(queries)]
                     got[(label, name)].append(percentile(times, 50))
     finally:
-        subject_sweep.facts_merged, shared.Narrowing.listed_turns = options["all"]  # type: ignore[assignment,method-assign]
+        sweep_merged.facts_merged, shared.Narrowing.listed_turns = options["all"]  # type: ignore[assignment,method-assign]
     return got
 
 

@@ -40,6 +40,7 @@ from engramdb.services.retrieve import (
     signals,
     spreading_activation,
     subject_sweep,
+    sweep_merged,
     tail_lists,
 )
 from engramdb.services.retrieve.config import RetrieveConfig
@@ -284,14 +285,14 @@ class Retriever:
         if exact_turns:  # the subject first: its facts / turns may be read with the semantic ones
             names, swept = self._names_and_subject(call, conn)
         # the sweep's turns read by the turn lists' statement, on the events worker (ADR-0047)
-        turns_merged = self._workers.concurrent and subject_sweep.turns_merged(
+        turns_merged = self._workers.concurrent and sweep_merged.turns_merged(
             call, swept if exact_turns else None, self.exact_search_rows)
         f_events = (self._workers.submit(self._events_signal, call, swept if turns_merged else None)
                     if call.cfg.sizes.topk_events > 0 else None)
         # merged only when the question's vector is already there (a cached or precomputed
         # embedding): while it is still being embedded, the sweep's facts run beside it on
         # the sweep's own vector instead of waiting for it after the embedding (ADR-0047)
-        merged = (self._workers.concurrent and subject_sweep.facts_merged(call, swept if selective else None)
+        merged = (self._workers.concurrent and sweep_merged.facts_merged(call, swept if selective else None)
                   and call.f_embed.done())
         f_side, keyword = self._start_side_signals(call, conn, semantic=not merged)
         if not exact_turns:
@@ -329,7 +330,7 @@ class Retriever:
         if f_sweep is not None:
             sweep_out = f_sweep.result()
             swept_ids = subject_sweep.apply(call, sweep_out if swept_facts is None else
-                                            subject_sweep.with_facts(sweep_out, swept_facts, call.cfg))
+                                            sweep_merged.with_facts(sweep_out, swept_facts, call.cfg))
         else:
             swept_ids = subject_sweep.finish(call, conn, swept, qvec, self.exact_search_rows)
         for fid in swept_ids:
@@ -351,7 +352,7 @@ class Retriever:
 
     def _semantic_and_swept(self, call: RetrieveCall, conn: Any, qvec: str | None,
                             started: subject_sweep.Started) -> tuple[list[tuple[str, float]], list[tuple[str, str]] | None]:
-        """``subject_sweep.facts_merged``: the semantic facts and the sweep's facts from one read
+        """``sweep_merged.facts_merged``: the semantic facts and the sweep's facts from one read
         of the listed facts, on the request's connection beside the side worker's BM25 (on the
         side worker after it, they sat on the call's critical path). Waits only for the two
         embeddings; without the name-less question's vector, the semantic search alone."""
@@ -514,7 +515,7 @@ class Retriever:
         if f_events is not None:
             event_signals, event_rows, call.trace.timings["events"], swept = f_events.result()
             if swept is not None:
-                subject_sweep.with_turns(call, swept)
+                sweep_merged.with_turns(call, swept)
         known = {row[0] for row in event_rows}
         for row in call.subject_rows:  # the subject sweep's turns (ADR-0025)
             event_signals.setdefault(row[0], {})["subject"] = 1.0

@@ -27,7 +27,6 @@ from datetime import datetime
 from typing import Any
 
 from engramdb.domain.keys import match_key
-from engramdb.services.retrieve.config import RetrieveConfig
 from engramdb.services.retrieve.fusion import EVENT, FACT
 from engramdb.services.retrieve.models import RetrievalPlan
 from engramdb.services.retrieve.planner import PlannerLookup, QueryAnalysis, build_plan
@@ -44,7 +43,6 @@ from engramdb.services.retrieve.signals.shared import (
     nearest_cte,
     set_hnsw,
 )
-from engramdb.services.retrieve.signals.swept_turns import SweptTurns
 from engramdb.services.retrieve.stages import RetrieveCall
 
 MAX_SUBJECTS = 2  # "What do Jon and Gina both like?" sweeps both; three or more: not about one subject
@@ -314,47 +312,6 @@ class Swept:
 def fetch_for(limit: int, per_session: int) -> int:
     """How many nearest rows a sweep reads for ``limit`` kept at ``per_session`` a group."""
     return limit * 3 if per_session > 0 else limit
-
-
-def facts_merged(call: RetrieveCall, started: Started | None) -> bool:
-    """Whether the sweep's facts over every fact are read by the semantic search's statement
-    (``signals.semantic_and_swept_facts``) instead of its own: under a selective narrowing
-    both are exact searches over the same listed facts, read once that way (ADR-0047)."""
-    return (started is not None and call.scope is not None and call.scope.selective
-            and enabled(call.cfg.fusion.rrf_weights, SWEEP_LISTS)
-            and not call.cfg.sweeps.subject_sweep_only_subject)
-
-
-def with_facts(swept: Swept, rows: list[tuple[str, str]], cfg: RetrieveConfig) -> Swept:
-    """``swept`` with the facts ``facts_merged`` read elsewhere: ``(fact_id, day)`` nearest
-    first, capped per day and cut as ``sweep`` does."""
-    if swept.error is None:
-        capped = cap_per_group(rows, cfg.sweeps.subject_sweep_per_session)[: cfg.candidates.candidate_pool]
-        swept.out.fact_ids = capped
-    return swept
-
-
-def turns_merged(call: RetrieveCall, started: Started | None, exact_rows: int) -> bool:
-    """Whether the sweep's turns over every turn are read by the turn lists' statement
-    (``signals.message_lists_and_swept``, on the events worker) instead of its own: both are
-    exact searches over the same passing turns when the narrowing's turns are searched
-    exactly (``exact_turns_when_few``), read once that way (ADR-0047)."""
-    scope = call.scope
-    return (started is not None and scope is not None and (scope.selective or scope.few_turns)
-            and exact_rows > 0 and call.cfg.sizes.topk_events > 0 and call.cfg.scoring.ranking == "rrf"
-            and enabled(call.cfg.fusion.rrf_weights, SWEEP_LISTS)
-            and not call.cfg.sweeps.subject_sweep_only_subject)
-
-
-def with_turns(call: RetrieveCall, turns: SweptTurns) -> None:
-    """Hand the sweep's turns ``turns_merged`` read with the turn lists to the call, as
-    ``apply`` hands those ``run`` reads: capped per session and cut as ``sweep`` does, their
-    rows added to the sweep's (the named persons' turns') rows."""
-    ids = cap_per_group(turns.nearest, call.cfg.sweeps.subject_sweep_per_session)[: call.cfg.candidates.candidate_pool]
-    call.lists["message_subject"] = (EVENT, ids)
-    known = {row[0] for row in call.subject_rows}
-    call.subject_rows = [*call.subject_rows, *(turns.rows[i] for i in ids if i not in known)]
-    call.trace.count(subject_messages=len(ids))
 
 
 def run(call: RetrieveCall, conn: Any, started: Started, query_vector: Callable[[], str | None],

@@ -102,15 +102,15 @@ def test_metadata_narrowing(memory: Memory, agent_id: str, overrides: dict[str, 
 def test_the_sweep_facts_read_with_the_semantic_ones_are_the_same(memory: Memory, agent_id: str,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Under a selective narrowing the subject sweep's facts over every fact are read by the
-    semantic search's statement (``subject_sweep.facts_merged``, one read of the listed facts,
+    semantic search's statement (``sweep_merged.facts_merged``, one read of the listed facts,
     ADR-0047): the call returns exactly what the two statements apart return."""
-    from engramdb.services.retrieve import signals, subject_sweep
+    from engramdb.services.retrieve import signals, sweep_merged
 
     question, where = "What does Ana play on Sundays?", {"channel": "slack"}
     decided: list[bool] = []
     read_once: list[int] = []
-    real, real_read = subject_sweep.facts_merged, signals.semantic_and_swept_facts
-    monkeypatch.setattr(subject_sweep, "facts_merged",
+    real, real_read = sweep_merged.facts_merged, signals.semantic_and_swept_facts
+    monkeypatch.setattr(sweep_merged, "facts_merged",
                         lambda call, started: decided.append(real(call, started)) or decided[-1])
     monkeypatch.setattr(signals, "semantic_and_swept_facts",
                         lambda *a, **k: read_once.append(1) or real_read(*a, **k))
@@ -118,7 +118,7 @@ def test_the_sweep_facts_read_with_the_semantic_ones_are_the_same(memory: Memory
         merged = memory.retrieve(agent_id, question, metadata=where)
         if read_once or not merged.trace["within_selective"]:
             break
-    monkeypatch.setattr(subject_sweep, "facts_merged", lambda call, started: False)
+    monkeypatch.setattr(sweep_merged, "facts_merged", lambda call, started: False)
     apart = memory.retrieve(agent_id, question, metadata=where)
     assert merged.trace["subject_sweep"] is not None, "the question names a subject to sweep"
     selective = merged.trace["within_selective"]
@@ -134,21 +134,21 @@ def test_the_sweep_turns_read_with_the_turn_lists_are_the_same(memory: Memory, a
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """When the narrowing's turns are searched exactly (selective, or few turns) the subject
     sweep's turns over every turn are read by the turn lists' statement on the events worker
-    (``subject_sweep.turns_merged``, one read of the passing turns, ADR-0047): the call
+    (``sweep_merged.turns_merged``, one read of the passing turns, ADR-0047): the call
     returns exactly what the two statements apart return, in both forms; walked (broad), the
     two stay apart."""
-    from engramdb.services.retrieve import signals, subject_sweep
+    from engramdb.services.retrieve import signals, sweep_merged
 
     question, where = "What does Ana play on Sundays?", {"channel": "slack"}
     decided: list[bool] = []
     read_once: list[int] = []
-    real, real_read = subject_sweep.turns_merged, signals.message_lists_and_swept
-    monkeypatch.setattr(subject_sweep, "turns_merged",
+    real, real_read = sweep_merged.turns_merged, signals.message_lists_and_swept
+    monkeypatch.setattr(sweep_merged, "turns_merged",
                         lambda *a: decided.append(real(*a)) or decided[-1])
     monkeypatch.setattr(signals, "message_lists_and_swept",
                         lambda *a, **k: read_once.append(1) or real_read(*a, **k))
     merged = memory.retrieve(agent_id, question, metadata=where)
-    monkeypatch.setattr(subject_sweep, "turns_merged", lambda *a: False)
+    monkeypatch.setattr(sweep_merged, "turns_merged", lambda *a: False)
     apart = memory.retrieve(agent_id, question, metadata=where)
     assert merged.trace["subject_sweep"] is not None, "the question names a subject to sweep"
     exact = merged.trace["within_selective"] or merged.trace["within_few_turns"]

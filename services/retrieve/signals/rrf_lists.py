@@ -58,7 +58,7 @@ def message_signals_and_swept(
     bm25_found: list[tuple[str, float]] | None = None,
 ) -> tuple[dict[str, dict[str, float]], list[tuple[Any, ...]], signals.SweptTurns]:
     """``message_signals`` and the subject sweep's turns from one read of the passing turns
-    (``signals.message_lists_and_swept``; ``subject_sweep.turns_merged`` says when)."""
+    (``signals.message_lists_and_swept``; ``sweep_merged.turns_merged`` says when)."""
     assert call.scope is not None
     sig, rows, found, swept = signals.message_lists_and_swept(
         conn, call.agent_id, qvec, sweep_vec, keyword_query(call), call.cfg, call.floor, call.as_of, call.scope,
