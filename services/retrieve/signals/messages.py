@@ -34,6 +34,12 @@ def turn_row(alias: str) -> str:
 TURN_ROW = turn_row("m")
 
 
+def turn_limit(cfg: RetrieveConfig) -> int:
+    """How many nearest turns the turn signals read: the candidate pool, or four per event
+    shown when more events are asked for."""
+    return max(cfg.candidates.candidate_pool, cfg.sizes.topk_events * 4)
+
+
 def message_events(
     conn: Any,
     agent_id: str,
@@ -50,7 +56,7 @@ def message_events(
     """Conversation candidates and their rows in ONE statement (one round trip, the HNSW
     settings pipelined with it): semantic nearest above the threshold ∪ keyword best, each
     with its cosine and keyword score."""
-    limit = max(cfg.candidates.candidate_pool, cfg.sizes.topk_events * 4)
+    limit = turn_limit(cfg)
     ctes: list[str] = []
     sources: list[str] = []
     if qvec is not None:
@@ -148,7 +154,7 @@ def message_lists(
     ``cfg.candidates.candidate_pool``). The pipeline reads it while the question is still being embedded,
     so only the nearest turns and the rows wait for the vector (ADR-0042); without it, it is
     read here first."""
-    limit = max(cfg.candidates.candidate_pool, cfg.sizes.topk_events * 4)
+    limit = turn_limit(cfg)
     if qvec is not None:
         sem = (nearest_cte("mem_messages", "m", "message_id", message_visibility(as_of, scope=scope), exact_rows,
                         exact_turns_when_few(small, scope))
@@ -160,18 +166,39 @@ def message_lists(
     if bm25_found is None:
         bm25_found = bm25_messages(conn, agent_id, query_text, as_of, cfg.candidates.candidate_pool, scope=scope)
     params.update(bm_ids=[i for i, _ in bm25_found], bm_scores=[s for _, s in bm25_found])
-    sql = f"""
-        WITH {sem},
+    sig, rows, found, _ = read_lists(conn, cfg, lists_statement(sem), params)
+    return sig, rows, found
+
+
+def lists_statement(ctes: str, sweep: bool = False) -> str:
+    """``message_lists``' statement over its CTEs (``sem``: the nearest turns above the
+    threshold, and ``bm``'s ids and scores from ``%(bm_ids)s`` / ``%(bm_scores)s``): the rows
+    of both with their cosine and score. ``sweep``: the CTEs also hold ``sw`` (the subject
+    sweep's turns, ``k`` their order), whose rows come too, with ``k`` and their session
+    (``signals.message_lists_and_swept``)."""
+    union, columns, join = ("", "", "") if not sweep else (
+        " UNION SELECT message_id FROM sw", ", sw.k, sw.session_id",
+        " LEFT JOIN sw ON sw.message_id = ids.message_id")
+    return f"""
+        WITH {ctes},
              bm AS (SELECT * FROM unnest(%(bm_ids)s::text[], %(bm_scores)s::float8[]) AS b(id, score)),
-             ids AS (SELECT message_id FROM sem UNION SELECT id FROM bm)
+             ids AS (SELECT message_id FROM sem UNION SELECT id FROM bm{union})
         SELECT {TURN_ROW},
-               sem.cos, bm.score
+               sem.cos, bm.score{columns}
           FROM ids
           JOIN mem_messages m ON m.agent_id = %(a)s AND m.message_id = ids.message_id
           LEFT JOIN sem ON sem.message_id = ids.message_id
-          LEFT JOIN bm ON bm.id = ids.message_id
+          LEFT JOIN bm ON bm.id = ids.message_id{join}
          ORDER BY sem.message_id IS NULL, m.message_id
     """
+
+
+def read_lists(conn: Any, cfg: RetrieveConfig, sql: str, params: dict[str, Any]) -> tuple[
+        dict[str, dict[str, float]], list[tuple[Any, ...]], list[tuple[str, float]], list[tuple[Any, ...]]]:
+    """Run a ``lists_statement``: the cosine signals and rows of the turns either list holds,
+    BM25's (id, score) best first, and every row's further columns (``(row, *columns)``, for
+    the rows that carry some)."""
+    limit = turn_limit(cfg)
     with batch(conn):
         # set_hnsw also forces custom plans (BM25 needs them: the agent's size and the words'
         # frequencies choose GIN vs the agent index) for this transaction only
@@ -180,11 +207,17 @@ def message_lists(
     sig: dict[str, dict[str, float]] = {}
     rows: list[tuple[Any, ...]] = []
     found: list[tuple[str, float]] = []
-    for mid, text, occurred_at, speaker, session_id, cosine, sem_cos, bm_score in cur.fetchall():
+    further: list[tuple[Any, ...]] = []
+    for mid, text, occurred_at, speaker, session_id, cosine, sem_cos, bm_score, *more in cur.fetchall():
+        row = (mid, text, occurred_at, speaker, session_id, cosine)
+        if more:
+            further.append((row, *more))
+        if sem_cos is None and bm_score is None:  # a row only another list holds
+            continue
         if sem_cos is not None:
             sig.setdefault(mid, {})["cosine"] = float(sem_cos)
         if bm_score is not None:
             found.append((mid, float(bm_score)))
-        rows.append((mid, text, occurred_at, speaker, session_id, cosine))
+        rows.append(row)
     found.sort(key=lambda t: (-t[1], t[0]))
-    return sig, rows, found
+    return sig, rows, found, further

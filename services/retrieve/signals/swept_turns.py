@@ -17,13 +17,11 @@ from typing import Any
 
 from engramdb.services.retrieve.config import RetrieveConfig
 from engramdb.services.retrieve.signals.bm25 import bm25_messages
-from engramdb.services.retrieve.signals.messages import TURN_ROW
+from engramdb.services.retrieve.signals.messages import lists_statement, read_lists, turn_limit
 from engramdb.services.retrieve.signals.shared import (
     Narrowing,
-    batch,
     message_visibility,
     narrowing_params,
-    set_hnsw,
     similarity_threshold,
 )
 
@@ -57,17 +55,14 @@ def message_lists_and_swept(
     rows (``ORDER BY d + 0, id``) is what each statement apart returns. No ``qvec`` (its
     embedding failed): no nearest turns and no cosines, as ``message_lists`` without one."""
     assert scope.selective or scope.few_turns, "the passing turns are read once only when searched exactly"
-    limit = max(cfg.candidates.candidate_pool, cfg.sizes.topk_events * 4)
     if bm25_found is None:
         bm25_found = bm25_messages(conn, agent_id, query_text, as_of, cfg.candidates.candidate_pool, scope=scope)
     params: dict[str, Any] = {
-        "q": qvec, "q2": sweep_vec, "a": agent_id, "t": as_of, "n": limit, "n2": sweep_fetch,
-        "maxd": 1.0 - similarity_threshold(cfg, floor),
+        "q": qvec, "q2": sweep_vec, "a": agent_id, "t": as_of, "n": turn_limit(cfg), "n2": sweep_fetch, "maxd": 1.0 - similarity_threshold(cfg, floor),
         "bm_ids": [i for i, _ in bm25_found], "bm_scores": [s for _, s in bm25_found],
         **narrowing_params(scope),
     }
-    sql = f"""
-        WITH r AS MATERIALIZED (
+    ctes = f"""r AS MATERIALIZED (
                  SELECT m.message_id, m.session_id, m.embedding <=> %(q)s::vector AS d,
                         m.embedding <=> %(q2)s::vector AS d2
                    FROM mem_messages m
@@ -76,39 +71,8 @@ def message_lists_and_swept(
              sem AS (SELECT message_id, 1 - d AS cos FROM nn WHERE d <= %(maxd)s),
              -- k: the statement's own order (ties of distance by id, in the column's collation)
              sw AS (SELECT s.*, row_number() OVER () AS k
-                      FROM (SELECT message_id, session_id, d2 FROM r ORDER BY d2 + 0, message_id LIMIT %(n2)s) s),
-             bm AS (SELECT * FROM unnest(%(bm_ids)s::text[], %(bm_scores)s::float8[]) AS b(id, score)),
-             ids AS (SELECT message_id FROM sem UNION SELECT id FROM bm UNION SELECT message_id FROM sw)
-        SELECT {TURN_ROW},
-               sem.cos, bm.score, sw.k, sw.session_id, sem.message_id IS NOT NULL OR bm.id IS NOT NULL
-          FROM ids
-          JOIN mem_messages m ON m.agent_id = %(a)s AND m.message_id = ids.message_id
-          LEFT JOIN sem ON sem.message_id = ids.message_id
-          LEFT JOIN bm ON bm.id = ids.message_id
-          LEFT JOIN sw ON sw.message_id = ids.message_id
-         ORDER BY sem.message_id IS NULL, m.message_id
-    """
-    with batch(conn):
-        # the settings ``message_lists`` runs under (custom plans for the same reasons)
-        set_hnsw(conn, max(cfg.candidates.hnsw_ef_search, limit))
-        cur = conn.execute(sql, params)
-    sig: dict[str, dict[str, float]] = {}
-    rows: list[tuple[Any, ...]] = []
-    found: list[tuple[str, float]] = []
-    swept: list[tuple[int, str, str]] = []
-    swept_rows: dict[str, tuple[Any, ...]] = {}
-    for mid, text, occurred_at, speaker, session_id, cosine, sem_cos, bm_score, k, sw_session, listed in cur.fetchall():
-        row = (mid, text, occurred_at, speaker, session_id, cosine)
-        if k is not None:
-            swept.append((int(k), mid, sw_session))
-            swept_rows[mid] = row
-        if not listed:
-            continue
-        if sem_cos is not None:
-            sig.setdefault(mid, {})["cosine"] = float(sem_cos)
-        if bm_score is not None:
-            found.append((mid, float(bm_score)))
-        rows.append(row)
-    found.sort(key=lambda t: (-t[1], t[0]))
-    swept.sort()
+                      FROM (SELECT message_id, session_id, d2 FROM r ORDER BY d2 + 0, message_id LIMIT %(n2)s) s)"""
+    sig, rows, found, further = read_lists(conn, cfg, lists_statement(ctes, sweep=True), params)
+    swept = sorted((int(k), row[0], session) for row, k, session in further if k is not None)
+    swept_rows = {row[0]: row for row, k, _ in further if k is not None}
     return sig, rows, found, SweptTurns([(mid, session) for _, mid, session in swept], swept_rows)
