@@ -17,13 +17,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
+import psutil
 import psycopg
 import pytest
 from psycopg import sql
 
 from engramdb.infra.database import ensure_extensions, es_env_from_url
 from engramdb.infra.embedded_nats import ensure_nats
-from engramdb.infra.embedded_postgres import ensure_postgres
+from engramdb.infra.embedded_postgres import ensure_postgres, postgres_running
 
 
 class FreshSchema(NamedTuple):
@@ -46,8 +47,6 @@ def _stop_servers_under(path: Path) -> None:
     a second handle on the session servers (e.g. ``Settings(data_dir=embedded_data_dir)``)
     keeps them claimed past the fixtures' own release; its ``atexit`` release then finds the
     data dir gone and cannot tell which server was its, so the server would outlive the run."""
-    import psutil
-
     mine = []
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = proc.info.get("cmdline") or []
@@ -72,6 +71,8 @@ def pg_url(embedded_data_dir: Path) -> Iterator[str]:
     handle = ensure_postgres(embedded_data_dir, fast_unsafe=True)
     ensure_extensions(handle.url)
     yield handle.url
+    if postgres_running(embedded_data_dir) is None:
+        _note_a_death("PostgreSQL", handle.pgdata / "server.log")
     handle.stop()
 
 
@@ -83,7 +84,28 @@ def nats_url(embedded_data_dir: Path) -> Iterator[str]:
         return
     handle = ensure_nats(embedded_data_dir)
     yield handle.url
+    if not psutil.pid_exists(handle.pid):
+        _note_a_death("NATS", embedded_data_dir / "run" / "nats-server.log")
     handle.stop()
+
+
+_DEATHS: list[str] = []
+
+
+def _note_a_death(server: str, log_path: Path) -> None:
+    """Keep what a session server that died during the run left behind — its log's tail and
+    the disk's free space — before the data dir is deleted: every test after the death fails
+    on a refused connection, and without this the cause (a full disk, a crash) is lost."""
+    tail = log_path.read_text(errors="replace").splitlines()[-40:] if log_path.exists() else ["(no log)"]
+    free_mib = shutil.disk_usage(log_path.parent if log_path.parent.exists() else "/").free // 2**20
+    _DEATHS.append(f"the session's embedded {server} was not running at the end of the run "
+                   f"({free_mib} MiB free on its disk now); the tail of {log_path}:\n" + "\n".join(tail))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for text in _DEATHS:
+        terminalreporter.write_sep("=", "a session server died")
+        terminalreporter.write_line(text)
 
 
 @pytest.fixture
