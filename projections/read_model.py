@@ -145,7 +145,8 @@ class ReadModelView(EventHandlers, PostgresTrackingRecorder):
             expected = f"vector({self.model.dimensions})"
             if row is not None and row["t"] != expected:
                 raise EmbeddingModelMismatch(
-                    f"{table}.embedding is {row['t']}, embedder gives {expected}: rebuild"
+                    f"{table}.embedding is {row['t']}, the embedder gives {expected}: run "
+                    "`engramdb rebuild` to re-embed it from the log (nothing is lost)"
                 )
         curs.execute(
             "INSERT INTO mem_read_model_meta (projection, embedding_model, dimensions) "
@@ -159,8 +160,10 @@ class ReadModelView(EventHandlers, PostgresTrackingRecorder):
         row = curs.fetchone()
         if row is not None and row["embedding_model"] != self.model.model_id:
             raise EmbeddingModelMismatch(
-                f"{self.projection_name} was built with {row['embedding_model']!r}, "
-                f"embedder is {self.model.model_id!r}: rebuild the projection"
+                f"the {self.projection_name} read model was embedded with "
+                f"{row['embedding_model']!r}, the embedder now is {self.model.model_id!r}: run "
+                f"`engramdb rebuild` to re-embed it from the log (nothing is lost), or set "
+                f"ENGRAMDB_EMBEDDING_MODEL={row['embedding_model']} to keep the old one"
             )
 
     # ----- applying events -----------------------------------------------------------

