@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from engramdb.projections.scope_keys import scope_keys_of
 from engramdb.services.management.metadata_filter import MAX_BRANCHES, MetadataFilter
 from engramdb.services.retrieve.signals.shared import (
     TURN_ALIAS,
@@ -42,6 +43,11 @@ SELECTIVE_SHARE = 0.15
 # that keeps 1 row in 15–25 up to about this many turns at 100k facts (4 % of the turns:
 # ×1.5 vs ×2.3 an unfiltered call; 6 %: ×1.5 vs ×1.8; 10 %: even, ADR-0047)
 SELECTIVE_COPIED_TURNS = 4000
+# the cap for a ``keyed`` one (its facts found by the exact index of ``scope_keys``, no row
+# re-tested): its exact read costs a third of a containment's (ten sessions, 10,000 facts:
+# 5.5 vs 17.8 ms), below the HNSW walk's 12.5 ms; up to the turns' own exact cap, as a
+# selective verdict searches the turns exactly too
+SELECTIVE_KEYED_TURNS = 6000
 # a narrowing too broad for its facts still searches its passing TURNS exactly up to this many
 # of them, at most ``SELECTIVE_SHARE`` of the agent's (``Narrowing.few_turns``): a turn search
 # reads the turns alone, found by their session / metadata index. 100k facts, 50k turns, one
@@ -134,6 +140,9 @@ def narrowing(flt: RetrieveFilter | None, fact_copy: bool = True) -> Narrowing |
     elements = (scope_containments(flt) if fact_copy else None) or []
     for name, element in zip(copy_param_names(len(elements)), elements, strict=True):
         params[name] = json.dumps([element])
+    keys = scope_keys_of(elements) if elements else None
+    if keys is not None:
+        params["nwk"] = keys  # the same elements as exact keys (``Narrowing.keyed``)
     return Narrowing("(" + " AND ".join(parts) + ")", params)
 
 
@@ -165,6 +174,8 @@ def scope_containments(flt: RetrieveFilter) -> list[dict[str, Any]] | None:
 
 def selective_cap(scope: Narrowing) -> int:
     """How many passing turns a selective ``scope`` may have (``probe_counted``)."""
+    if scope.keyed:
+        return SELECTIVE_KEYED_TURNS
     return SELECTIVE_COPIED_TURNS if scope.copied else SELECTIVE_TURNS
 
 

@@ -10,6 +10,7 @@ Real PostgreSQL and projectors; the hashing embedder; events appended like ``tes
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -135,7 +136,8 @@ def test_schema_setup_fills_the_scopes_of_an_older_database(
         with psycopg.connect(pg_url, autocommit=True) as conn:
             conn.execute(f'SET search_path TO "{schema}", public')
             conn.execute("DROP INDEX mem_facts_scope")
-            conn.execute("ALTER TABLE mem_facts DROP COLUMN source_scope")
+            # with the exact keys generated from it (``scope_keys``, later still) and their index
+            conn.execute("ALTER TABLE mem_facts DROP COLUMN source_scope CASCADE")
             conn.execute("DROP TABLE mem_turn_scopes")
         with ProjectionSet.start(EventLog, env, HashEmbedder()) as ps:
             ps.wait(app.recorder.max_notification_id() or 0, timeout=30)
@@ -283,3 +285,42 @@ def test_lists_filter_and_show_metadata_through_the_copy_as_through_the_turns(
     finally:
         pool.close()
         app.close()
+
+
+SCOPES = [
+    [], [{"s": "s1", "m": {}}], [{"s": "a=b", "m": {"k": "v"}}, {"m": {"a": "b=c", "n": 1}}],
+    [{"s": "s2", "m": {"a=b": "c", "flag": True, "tags": ["x"], "nested": {"k": "v"}}}],
+    [{"m": {"flag": "true", "n": 1.0, "nul": None, "ü": "ção"}}], [{"s": None, "m": {"k": ""}}],
+]
+ELEMENTS = [
+    {"s": "s1"}, {"s": "s2"}, {"s": "a=b"}, {"m": {"k": "v"}}, {"m": {"a": "b=c"}}, {"m": {"a=b": "c"}},
+    {"m": {"a": "b"}}, {"m": {"flag": True}}, {"m": {"flag": "true"}}, {"m": {"flag": False}},
+    {"m": {"ü": "ção"}}, {"m": {"k": ""}}, {"m": {"tags": "x"}}, {"m": {"n": 1}},
+]
+
+
+def test_a_scopes_exact_keys_hold_an_element_exactly_when_the_scope_contains_it(pg_url: str, fresh_schema) -> None:
+    """``engramdb_scope_keys`` (the generated ``scope_keys``) against jsonb containment itself:
+    for every element that has a key, the key is among the scope's keys exactly when the scope
+    contains the element — keys and values holding ``=`` and ``:``, a string ``"true"`` beside
+    a boolean, an empty string, non-ASCII text; numbers, nested values and arrays have none."""
+    from engramdb.projections.scope_keys import SCOPE_KEYS_FUNCTION, scope_key
+
+    schema, _env = fresh_schema("scope_keys")
+    assert scope_key({"m": {"n": 1}}) is None and scope_key({"m": {"tags": ["x"]}}) is None
+    assert scope_key({"s": "s1", "m": {"k": "v"}}) is None and scope_key({"m": {"a": "1", "b": "2"}}) is None
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'SET search_path TO "{schema}", public')
+        conn.execute(SCOPE_KEYS_FUNCTION)
+        checked = 0
+        for scope in SCOPES:
+            keys = conn.execute("SELECT engramdb_scope_keys(%s::jsonb)", (json.dumps(scope),)).fetchone()[0]
+            for element in ELEMENTS:
+                key = scope_key(element)
+                if key is None:
+                    continue
+                contains = conn.execute("SELECT %s::jsonb @> %s::jsonb",
+                                        (json.dumps(scope), json.dumps([element]))).fetchone()[0]
+                assert (key in keys) is contains, (scope, element, keys)
+                checked += contains
+        assert checked >= 8, "most elements are contained in some scope"

@@ -270,10 +270,11 @@ def test_explain_shows_the_narrowing_under_the_limit(memory: Memory, agent_id: s
             # selective: ``fact_id = ANY`` of the listed ids (the primary key finds them), or
             # joined to them (``IN (SELECT unnest(nwf))``: a ProjectSet of the list)
             # one session is one containment: the facts' own copy of their turns' scope
-            # (``source_scope``), tested on the row or found by its GIN index
-            marker = next((m for m in ("source_scope @>", "session_id = ANY", "fact_id = ANY", "ProjectSet")
-                           if m in plan), "?")
-            assert marker == "source_scope @>" and "Limit" in plan, (name, plan)
+            # (``source_scope``), tested on the row; selective, found by the exact index of
+            # its keys (``scope_keys``)
+            marker = next((m for m in ("source_scope @>", "scope_keys &&", "session_id = ANY", "fact_id = ANY",
+                                       "ProjectSet") if m in plan), "?")
+            assert marker in ("source_scope @>", "scope_keys &&") and "Limit" in plan, (name, plan)
             assert plan.index("Limit") < plan.rindex(marker), (name, plan)
 
 
@@ -424,6 +425,7 @@ def test_a_broad_verdict_is_kept_and_a_selective_one_is_read_every_call(
             now[0] = at
             monkeypatch.setattr(scope_module, "SELECTIVE_TURNS", cap)
             monkeypatch.setattr(scope_module, "SELECTIVE_COPIED_TURNS", cap)
+            monkeypatch.setattr(scope_module, "SELECTIVE_KEYED_TURNS", cap)
             monkeypatch.setattr(scope_module, "EXACT_TURNS", cap if turns is None else turns)
             monkeypatch.setattr(scope_module, "SELECTIVE_SHARE", share)
             before = len(probes)
@@ -596,7 +598,7 @@ def test_a_facts_copy_of_its_turns_scope_passes_the_same_facts(memory: Memory, a
                 f"SELECT f.fact_id FROM mem_facts f WHERE f.agent_id = %(a)s AND {test}",
                 {"a": agent_id, **scope.params}).fetchall()}
 
-        seen = 0
+        seen = keyed = 0
         for session, tree in CONTAINMENTS:
             flt = RetrieveFilter.of(session, tree)
             assert flt is not None
@@ -607,8 +609,10 @@ def test_a_facts_copy_of_its_turns_scope_passes_the_same_facts(memory: Memory, a
                 assert "nwf" not in copied.params  # nothing listed: the facts carry their scope
                 for form in ("row", "key"):
                     assert passing(copied, form) == passing(plain, "row"), (session, tree, cap, form)
+                keyed += cap > 0 and copied.keyed  # selective: found by the exact keys' index
             seen += bool(passing(plain, "row"))
         assert seen >= 5, "most of these filters pass some facts"
+        assert keyed == 6, "sessions and single string values are keyed (projections/scope_keys.py)"
 
 
 @pytest.mark.parametrize("overrides", RANKINGS)

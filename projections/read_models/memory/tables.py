@@ -19,6 +19,7 @@ from engramdb.domain.aggregate import CLIENT_VALID_TO, REPROCESSED
 from engramdb.domain.fold import FactRow
 from engramdb.projections.read_model import jsonb
 from engramdb.projections.read_models.patterns import PATTERNS
+from engramdb.projections.scope_keys import SCOPE_KEYS_COLUMN, SCOPE_KEYS_FUNCTION, SCOPE_KEYS_INDEX
 from engramdb.projections.search import SEARCH_FUNCTIONS, search_columns, search_index, stats_index
 from engramdb.projections.tables import EMBEDDING, VECTOR, Table
 
@@ -89,15 +90,16 @@ FACTS = Table(
         "CREATE INDEX IF NOT EXISTS mem_facts_sources ON mem_facts USING gin (source_message_ids)",
         "CREATE INDEX IF NOT EXISTS mem_facts_scope ON mem_facts "
         "USING gin (source_scope jsonb_path_ops)",
+        SCOPE_KEYS_INDEX,  # the same facts by exact keys, when a filter has them
         stats_index("mem_facts", "fact_id",
                     ("confidence", "valid_from", "valid_to", "recorded_at", "invalidated_at")),
     ),
     embedded_text="fact_text",
     # BM25 (projections/search.py): the entity's name ('person:melanie' -> 'melanie') is
     # searchable with the fact's text
-    generated=search_columns(
-        "replace(split_part(entity_key, ':', 2), '-', ' ') || ' ' || fact_text"),
-    functions=SEARCH_FUNCTIONS,
+    generated=(*search_columns(
+        "replace(split_part(entity_key, ':', 2), '-', ' ') || ' ' || fact_text"), SCOPE_KEYS_COLUMN),
+    functions=(*SEARCH_FUNCTIONS, SCOPE_KEYS_FUNCTION),
 )
 
 ENTITIES = Table(
