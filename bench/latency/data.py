@@ -230,6 +230,26 @@ def _spread(i: int) -> float:
     return ((i * 2654435761) % 2**32) / 2**32
 
 
+def _apply_ddl(conn: psycopg.Connection[Any], schema: str) -> bool:
+    """The read models' DDL in ``schema``; whether ``pg_trgm`` is there."""
+    conn.execute(sql.SQL("SET search_path TO {}, public").format(sql.Identifier(schema)))
+    trgm = conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm'").fetchone() is not None
+    for stmt in read_model_ddl(DIM):
+        if "CREATE EXTENSION" in stmt or (not trgm and "trgm" in stmt):
+            continue
+        conn.execute(stmt)
+    return trgm
+
+
+def update_schema(url: str, schema: str) -> None:
+    """Bring a kept schema to this release's read-model DDL, as a projector's start-up does
+    for a deployment (every statement is idempotent; a column added since is computed for the
+    existing rows), then ANALYZE: a schema loaded by an older release measures this one."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        _apply_ddl(conn, schema)
+        conn.execute("ANALYZE mem_facts, mem_messages")
+
+
 def load_schema(
     url: str,
     schema: str,
@@ -243,12 +263,7 @@ def load_schema(
     """Create ``schema`` and load the bench agents (+ ``fillers`` agents of 1k), then HNSW + VACUUM ANALYZE."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-        conn.execute(sql.SQL("SET search_path TO {}, public").format(sql.Identifier(schema)))
-        trgm = conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm'").fetchone()
-        for stmt in read_model_ddl(DIM):
-            if "CREATE EXTENSION" in stmt or (not trgm and "trgm" in stmt):
-                continue
-            conn.execute(stmt)
+        trgm = _apply_ddl(conn, schema)
         start = time.perf_counter()
         names: dict[str, list[str]] = {}
         total = 0

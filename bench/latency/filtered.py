@@ -52,7 +52,7 @@ import psycopg  # noqa: E402
 from psycopg import sql  # noqa: E402
 from psycopg_pool import ConnectionPool  # noqa: E402
 
-from bench.latency.data import DIM, entity_names, load_schema, unit  # noqa: E402
+from bench.latency.data import DIM, entity_names, load_schema, unit, update_schema  # noqa: E402
 from bench.latency.report import percentile  # noqa: E402
 from bench.latency.retrieve import InLoopEmbedder, load_model, load_text, queries_for  # noqa: E402
 from bench.shared.throwaway_db import database_url  # noqa: E402
@@ -148,6 +148,7 @@ def bench_data(args: argparse.Namespace, prefix: str) -> Iterator[BenchData]:
             if exists:
                 names = {agent: entity_names(args.size, vocab)}
                 print(f"reusing schema {schema}")
+                update_schema(url, schema)
             else:
                 names = load_schema(url, schema, [args.size], args.fillers, rng, centroids, vocab,
                                     sessions=args.sessions)

@@ -172,6 +172,13 @@ def scope_containments(flt: RetrieveFilter) -> list[dict[str, Any]] | None:
     return elements
 
 
+# Whether the facts have their exact keys (``projections/scope_keys.py``): a database whose
+# schema setup has not run since they were declared — a retrieve-only process upgraded before
+# the projector that adds them — has not, and a keyed narrowing then takes the containments
+_HAS_SCOPE_KEYS = ("EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('mem_facts')"
+                   " AND attname = 'scope_keys' AND NOT attisdropped)")
+
+
 def selective_cap(scope: Narrowing) -> int:
     """How many passing turns a selective ``scope`` may have (``probe_counted``)."""
     if scope.keyed:
@@ -249,12 +256,16 @@ def probe_counted(conn: Any, agent_id: str, scope: Narrowing, cap: int | None = 
             f" c.p <= {turns_cap} AND r.under AS few FROM c, r)"
             f" SELECT v.selective, (SELECT c.p FROM c), (SELECT n.n FROM n), {listing},"
             f" CASE WHEN v.selective THEN {turn_listing} END,"
-            f" CASE WHEN v.selective THEN (SELECT count(DISTINCT p.session_id) FROM p) END, v.few FROM v",
+            f" CASE WHEN v.selective THEN (SELECT count(DISTINCT p.session_id) FROM p) END, v.few,"
+            f" {_HAS_SCOPE_KEYS if scope.keyed else 'true'} FROM v",
             {"a": agent_id, "nw_share": share, "nw_known": int(turns_known), **scope.params},
             )
     row = cur.fetchone()
     if row is None:
         return Narrowing(scope.turn_sql, scope.params, False), 0, 0
+    if not row[7]:  # keyed, but the facts have no ``scope_keys`` yet: their containments
+        scope = scope.without_keys()
+        row = (row[0] and int(row[1]) <= selective_cap(scope), *row[1:])
     if not row[0]:
         return Narrowing(scope.turn_sql, scope.params, False, bool(row[6])), int(row[1]), int(row[2])
     listed: dict[str, Any] = dict(scope.params) if scope.copied else {**scope.params, "nwf": list(row[3] or [])}

@@ -44,6 +44,7 @@ def memory(request: pytest.FixtureRequest, fresh_schema: Any, agent_id: str,
     if request.param != "selective":
         monkeypatch.setattr(scope_module, "SELECTIVE_TURNS", 0)
         monkeypatch.setattr(scope_module, "SELECTIVE_COPIED_TURNS", 0)
+        monkeypatch.setattr(scope_module, "SELECTIVE_KEYED_TURNS", 0)
     if request.param == "broad":
         monkeypatch.setattr(scope_module, "EXACT_TURNS", 0)
     # one session of four is a quarter of this tiny agent's turns: selective (or few) anyway
@@ -632,3 +633,43 @@ def test_a_retrieve_through_the_facts_copy_returns_what_the_turns_give(
         return out
 
     assert results(True) == results(False)
+
+
+@pytest.mark.parametrize("memory", ["selective"], indirect=True)
+def test_a_database_without_the_facts_keys_takes_their_containments(memory: Memory, agent_id: str,
+                                                                     pg_url: str) -> None:
+    """A retrieve-only process upgraded before the projector whose schema setup adds
+    ``scope_keys``: a narrowing that has keys is probed, finds none, and tests the facts'
+    containments — the answer it gives once the keys are there, and no error."""
+    query = "Where does Ana live? Recife cat Nina"
+    with _schema_conn(memory, pg_url) as conn:
+        conn.execute("ALTER TABLE mem_facts DROP COLUMN scope_keys")
+        conn.commit()
+        compiled = narrowing(RetrieveFilter.of(["s-home", "s-hobby"]))
+        assert compiled is not None and compiled.keyed
+        decided = probe(conn, agent_id, compiled, cap=1000, share=1.0)
+        assert decided is not None and decided.selective and not decided.keyed
+        assert "scope_keys" not in decided.fact_by_key("f")
+    without = memory.retrieve(agent_id, query, session_id=["s-home", "s-hobby"])
+    with _schema_conn(memory, pg_url) as conn:
+        for statement in memory_ddl_adding_the_keys():
+            conn.execute(statement)
+        conn.commit()
+        assert probe(conn, agent_id, compiled, cap=1000, share=1.0).keyed  # type: ignore[union-attr]
+    memory.close()  # a fresh process: no verdict kept from before
+    with Memory.open(env=memory.env, embedder=HashEmbedder(384), llm=None, quiet=True) as fresh:
+        keyed = fresh.retrieve(agent_id, query, session_id=["s-home", "s-hobby"])
+    assert [f.fact_id for f in keyed.facts] == [f.fact_id for f in without.facts] and without.facts
+    assert keyed.context == without.context and "Recife" in keyed.context
+
+
+def memory_ddl_adding_the_keys() -> list[str]:
+    """What the next schema setup runs for ``scope_keys`` on a table without it."""
+    from engramdb.projections.scope_keys import (
+        SCOPE_KEYS_COLUMN,
+        SCOPE_KEYS_FUNCTION,
+        SCOPE_KEYS_INDEX,
+    )
+
+    name, sql_type = SCOPE_KEYS_COLUMN
+    return [SCOPE_KEYS_FUNCTION, f"ALTER TABLE mem_facts ADD COLUMN IF NOT EXISTS {name} {sql_type}", SCOPE_KEYS_INDEX]
