@@ -1,5 +1,5 @@
-"""A fact's source scope as exact keys (``mem_facts.scope_keys``), for a retrieve narrowed to
-sessions or to single metadata values (ADR-0047).
+"""A fact's source scope as exact keys (``engramdb_scope_keys(source_scope)``, indexed), for a
+retrieve narrowed to sessions or to single metadata values (ADR-0047).
 
 ``source_scope`` holds one ``{"s": session, "m": metadata}`` per source turn, and its GIN
 index (``jsonb_path_ops``) finds the facts whose copy contains a filter's element. That index
@@ -18,31 +18,45 @@ of an element, that one source turn holds it). Anything else — a number (``1``
 are contained in each other, their texts differ), a null, a nested value, a session AND a
 value (one turn must hold both) — has no key and keeps the containment test.
 
-Changing the function does not recompute stored values: change it only with a rebuild.
+Changing the function does not recompute the index: change it only with a rebuild (or REINDEX).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-SCOPE_KEYS_FUNCTION = (
-    "CREATE OR REPLACE FUNCTION engramdb_scope_keys(jsonb) RETURNS text[]"
-    " LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$"
-    " SELECT coalesce(array_agg(DISTINCT k ORDER BY k), '{}') FROM ("
-    " SELECT 's:' || (e->>'s') AS k FROM jsonb_array_elements("
-    "CASE WHEN jsonb_typeof($1) = 'array' THEN $1 ELSE '[]'::jsonb END) e"
-    " WHERE jsonb_typeof(e->'s') = 'string'"
-    " UNION ALL"
-    " SELECT 'm' || left(jsonb_typeof(kv.value), 1) || length(kv.key) || ':' || kv.key || '='"
-    " || (kv.value #>> '{}') FROM jsonb_array_elements("
-    "CASE WHEN jsonb_typeof($1) = 'array' THEN $1 ELSE '[]'::jsonb END) e,"
-    " jsonb_each(CASE WHEN jsonb_typeof(e->'m') = 'object' THEN e->'m' ELSE '{}'::jsonb END) kv"
-    " WHERE jsonb_typeof(kv.value) IN ('string', 'boolean')) x $$"
-)
+# PL/pgSQL: 7.4 µs a fact against 10–11 for the same in one SQL statement (two set-returning
+# scans, an aggregate); paid when the index is built (0.8 s at 100k facts) and per write
+SCOPE_KEYS_FUNCTION = """CREATE OR REPLACE FUNCTION engramdb_scope_keys(scope jsonb) RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $f$
+DECLARE e jsonb; kv record; keys text[] := '{}';
+BEGIN
+  IF jsonb_typeof(scope) <> 'array' THEN RETURN keys; END IF;
+  FOR e IN SELECT * FROM jsonb_array_elements(scope) LOOP
+    IF jsonb_typeof(e->'s') = 'string' THEN keys := keys || ('s:' || (e->>'s')); END IF;
+    IF jsonb_typeof(e->'m') = 'object' THEN
+      FOR kv IN SELECT * FROM jsonb_each(e->'m') LOOP
+        IF jsonb_typeof(kv.value) IN ('string', 'boolean') THEN
+          keys := keys || ('m' || left(jsonb_typeof(kv.value), 1) || length(kv.key) || ':' || kv.key
+                           || '=' || (kv.value #>> '{}'));
+        END IF;
+      END LOOP;
+    END IF;
+  END LOOP;
+  RETURN keys;
+END $f$"""
 
-SCOPE_KEYS_COLUMN = ("scope_keys", "text[] GENERATED ALWAYS AS (engramdb_scope_keys(source_scope)) STORED")
+# an index on the expression, not a stored column: adding a generated column to a table in use
+# rewrites it and rebuilds every index (70 s at 100k facts, the HNSW index most of it, under a
+# lock that blocks readers); an index is built beside the rows (readers go on)
+SCOPE_KEYS_INDEX = ("CREATE INDEX IF NOT EXISTS mem_facts_scope_keys ON mem_facts "
+                    "USING gin (engramdb_scope_keys(source_scope))")
 
-SCOPE_KEYS_INDEX = "CREATE INDEX IF NOT EXISTS mem_facts_scope_keys ON mem_facts USING gin (scope_keys)"
+
+def scope_keys_sql(alias: str) -> str:
+    """The indexed expression for the ``mem_facts`` row aliased ``alias`` (spelt as the index
+    is, or the planner cannot use it)."""
+    return f"engramdb_scope_keys({alias}.source_scope)"
 
 
 def scope_key(element: dict[str, Any]) -> str | None:

@@ -43,7 +43,7 @@ SELECTIVE_SHARE = 0.15
 # that keeps 1 row in 15–25 up to about this many turns at 100k facts (4 % of the turns:
 # ×1.5 vs ×2.3 an unfiltered call; 6 %: ×1.5 vs ×1.8; 10 %: even, ADR-0047)
 SELECTIVE_COPIED_TURNS = 4000
-# the cap for a ``keyed`` one (its facts found by the exact index of ``scope_keys``, no row
+# the cap for a ``keyed`` one (its facts found by the exact index of their keys, no row
 # re-tested): its exact read costs a third of a containment's (ten sessions, 10,000 facts:
 # 5.5 vs 17.8 ms), below the HNSW walk's 12.5 ms; up to the turns' own exact cap, as a
 # selective verdict searches the turns exactly too
@@ -172,11 +172,11 @@ def scope_containments(flt: RetrieveFilter) -> list[dict[str, Any]] | None:
     return elements
 
 
-# Whether the facts have their exact keys (``projections/scope_keys.py``): a database whose
+# Whether the facts' exact keys are indexed (``projections/scope_keys.py``): a database whose
 # schema setup has not run since they were declared — a retrieve-only process upgraded before
-# the projector that adds them — has not, and a keyed narrowing then takes the containments
-_HAS_SCOPE_KEYS = ("EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('mem_facts')"
-                   " AND attname = 'scope_keys' AND NOT attisdropped)")
+# the projector that adds them — has no index, and a keyed narrowing then takes the
+# containments (its expression without the index would be computed on every row)
+_HAS_SCOPE_KEYS = "to_regclass('mem_facts_scope_keys') IS NOT NULL"
 
 
 def selective_cap(scope: Narrowing) -> int:
@@ -263,7 +263,7 @@ def probe_counted(conn: Any, agent_id: str, scope: Narrowing, cap: int | None = 
     row = cur.fetchone()
     if row is None:
         return Narrowing(scope.turn_sql, scope.params, False), 0, 0
-    if not row[7]:  # keyed, but the facts have no ``scope_keys`` yet: their containments
+    if not row[7]:  # keyed, but the facts' keys are not indexed yet: their containments
         scope = scope.without_keys()
         row = (row[0] and int(row[1]) <= selective_cap(scope), *row[1:])
     if not row[0]:

@@ -92,6 +92,19 @@ def turn_rows(url: str, schema: str) -> list[tuple[Any, ...]]:
         return conn.execute("SELECT * FROM mem_turn_scopes ORDER BY 1, 2").fetchall()
 
 
+def keyed_facts(url: str, schema: str, keys: list[str]) -> list[str]:
+    """The facts holding one of ``keys``, found by the keys' index (the plan is checked)."""
+    from engramdb.projections.scope_keys import scope_keys_sql
+
+    statement = f"SELECT f.fact_id FROM mem_facts f WHERE {scope_keys_sql('f')} && %s::text[] ORDER BY 1"
+    with psycopg.connect(url) as conn:
+        conn.execute(f'SET search_path TO "{schema}", public')
+        conn.execute("SET enable_seqscan = off")
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + statement, (keys,)).fetchall())
+        assert "mem_facts_scope_keys" in plan, plan
+        return [r[0] for r in conn.execute(statement, (keys,)).fetchall()]
+
+
 def test_facts_carry_their_turns_scope_live_and_rebuilt(pg_url: str, fresh_schema: Any) -> None:
     schema, env = fresh_schema("scope")
     app = EventLog(env)
@@ -114,9 +127,12 @@ def test_facts_carry_their_turns_scope_live_and_rebuilt(pg_url: str, fresh_schem
                 (Jsonb([{"m": {"tags": ["b"]}}]),)).fetchall()
             assert [r[0] for r in found] == ["f1"]
 
+        assert keyed_facts(pg_url, schema, ["s:s1"]) == ["f1", "f2", "f3"]
         rebuild(EventLog, env, HashEmbedder())
         assert scopes(pg_url, schema) == live
         assert turn_rows(pg_url, schema) == turns
+        # the rebuilt table's keys are indexed too (built in the shadow, moved with the table)
+        assert keyed_facts(pg_url, schema, ["s:s1"]) == ["f1", "f2", "f3"]
     finally:
         app.close()
 
@@ -136,7 +152,7 @@ def test_schema_setup_fills_the_scopes_of_an_older_database(
         with psycopg.connect(pg_url, autocommit=True) as conn:
             conn.execute(f'SET search_path TO "{schema}", public')
             conn.execute("DROP INDEX mem_facts_scope")
-            # with the exact keys generated from it (``scope_keys``, later still) and their index
+            # with the index of its exact keys (``mem_facts_scope_keys``, later still)
             conn.execute("ALTER TABLE mem_facts DROP COLUMN source_scope CASCADE")
             conn.execute("DROP TABLE mem_turn_scopes")
         with ProjectionSet.start(EventLog, env, HashEmbedder()) as ps:
@@ -300,7 +316,7 @@ ELEMENTS = [
 
 
 def test_a_scopes_exact_keys_hold_an_element_exactly_when_the_scope_contains_it(pg_url: str, fresh_schema) -> None:
-    """``engramdb_scope_keys`` (the generated ``scope_keys``) against jsonb containment itself:
+    """``engramdb_scope_keys`` (the facts' indexed keys) against jsonb containment itself:
     for every element that has a key, the key is among the scope's keys exactly when the scope
     contains the element — keys and values holding ``=`` and ``:``, a string ``"true"`` beside
     a boolean, an empty string, non-ASCII text; numbers, nested values and arrays have none."""

@@ -272,10 +272,10 @@ def test_explain_shows_the_narrowing_under_the_limit(memory: Memory, agent_id: s
             # joined to them (``IN (SELECT unnest(nwf))``: a ProjectSet of the list)
             # one session is one containment: the facts' own copy of their turns' scope
             # (``source_scope``), tested on the row; selective, found by the exact index of
-            # its keys (``scope_keys``)
-            marker = next((m for m in ("source_scope @>", "scope_keys &&", "session_id = ANY", "fact_id = ANY",
-                                       "ProjectSet") if m in plan), "?")
-            assert marker in ("source_scope @>", "scope_keys &&") and "Limit" in plan, (name, plan)
+            # its keys (``engramdb_scope_keys``)
+            marker = next((m for m in ("source_scope @>", "engramdb_scope_keys(source_scope) &&", "session_id = ANY",
+                                       "fact_id = ANY", "ProjectSet") if m in plan), "?")
+            assert marker in ("source_scope @>", "engramdb_scope_keys(source_scope) &&") and "Limit" in plan, (name, plan)
             assert plan.index("Limit") < plan.rindex(marker), (name, plan)
 
 
@@ -638,18 +638,18 @@ def test_a_retrieve_through_the_facts_copy_returns_what_the_turns_give(
 @pytest.mark.parametrize("memory", ["selective"], indirect=True)
 def test_a_database_without_the_facts_keys_takes_their_containments(memory: Memory, agent_id: str,
                                                                      pg_url: str) -> None:
-    """A retrieve-only process upgraded before the projector whose schema setup adds
-    ``scope_keys``: a narrowing that has keys is probed, finds none, and tests the facts'
-    containments — the answer it gives once the keys are there, and no error."""
+    """A retrieve-only process upgraded before the projector whose schema setup indexes the
+    facts' keys: a narrowing that has keys is probed, finds no index, and tests the facts'
+    containments — the answer it gives once the index is there, and no error."""
     query = "Where does Ana live? Recife cat Nina"
     with _schema_conn(memory, pg_url) as conn:
-        conn.execute("ALTER TABLE mem_facts DROP COLUMN scope_keys")
+        conn.execute("DROP INDEX mem_facts_scope_keys")
         conn.commit()
         compiled = narrowing(RetrieveFilter.of(["s-home", "s-hobby"]))
         assert compiled is not None and compiled.keyed
         decided = probe(conn, agent_id, compiled, cap=1000, share=1.0)
         assert decided is not None and decided.selective and not decided.keyed
-        assert "scope_keys" not in decided.fact_by_key("f")
+        assert "engramdb_scope_keys" not in decided.fact_by_key("f")
     without = memory.retrieve(agent_id, query, session_id=["s-home", "s-hobby"])
     with _schema_conn(memory, pg_url) as conn:
         for statement in memory_ddl_adding_the_keys():
@@ -664,12 +664,7 @@ def test_a_database_without_the_facts_keys_takes_their_containments(memory: Memo
 
 
 def memory_ddl_adding_the_keys() -> list[str]:
-    """What the next schema setup runs for ``scope_keys`` on a table without it."""
-    from engramdb.projections.scope_keys import (
-        SCOPE_KEYS_COLUMN,
-        SCOPE_KEYS_FUNCTION,
-        SCOPE_KEYS_INDEX,
-    )
+    """What the next schema setup runs for the keys on a database without them."""
+    from engramdb.projections.scope_keys import SCOPE_KEYS_FUNCTION, SCOPE_KEYS_INDEX
 
-    name, sql_type = SCOPE_KEYS_COLUMN
-    return [SCOPE_KEYS_FUNCTION, f"ALTER TABLE mem_facts ADD COLUMN IF NOT EXISTS {name} {sql_type}", SCOPE_KEYS_INDEX]
+    return [SCOPE_KEYS_FUNCTION, SCOPE_KEYS_INDEX]

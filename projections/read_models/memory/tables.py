@@ -19,7 +19,7 @@ from engramdb.domain.aggregate import CLIENT_VALID_TO, REPROCESSED
 from engramdb.domain.fold import FactRow
 from engramdb.projections.read_model import jsonb
 from engramdb.projections.read_models.patterns import PATTERNS
-from engramdb.projections.scope_keys import SCOPE_KEYS_COLUMN, SCOPE_KEYS_FUNCTION, SCOPE_KEYS_INDEX
+from engramdb.projections.scope_keys import SCOPE_KEYS_FUNCTION, SCOPE_KEYS_INDEX
 from engramdb.projections.search import SEARCH_FUNCTIONS, search_columns, search_index, stats_index
 from engramdb.projections.tables import EMBEDDING, VECTOR, Table
 
@@ -97,8 +97,8 @@ FACTS = Table(
     embedded_text="fact_text",
     # BM25 (projections/search.py): the entity's name ('person:melanie' -> 'melanie') is
     # searchable with the fact's text
-    generated=(*search_columns(
-        "replace(split_part(entity_key, ':', 2), '-', ' ') || ' ' || fact_text"), SCOPE_KEYS_COLUMN),
+    generated=search_columns(
+        "replace(split_part(entity_key, ':', 2), '-', ' ') || ' ' || fact_text"),
     functions=(*SEARCH_FUNCTIONS, SCOPE_KEYS_FUNCTION),
 )
 
