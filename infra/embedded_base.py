@@ -80,7 +80,30 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+# A start time above this is seconds since the epoch (claims written before the start times
+# became seconds since boot); below it, seconds since boot (an uptime of 30 years)
+_EPOCH_FORM = 1e9
+# psutil's epoch form adds /proc/stat's ``btime``, whole seconds that move by one when the
+# clock is slewed or stepped: an epoch-form claim may be off by that much and still be its owner
+_EPOCH_SLACK = 1.5
+
+
 def process_start_time(pid: int) -> float | None:
+    """When ``pid`` started, in seconds since boot: with the pid, the identity of a process
+    that no clock change moves.
+
+    Why not psutil's ``create_time()``: it adds the boot time of ``/proc/stat``, which the
+    kernel derives from the wall clock in whole seconds — a clock slewed by NTP during a run
+    moves it by a second, and a claim compared to 10 ms then looked dead: its server was
+    stopped under the process that held it (the likely end of a CI run whose PostgreSQL and
+    NATS died mid-suite). Linux: the start of ``/proc/<pid>/stat`` in clock ticks; elsewhere
+    psutil's epoch form."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        return int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, ``starttime``
+    except (OSError, IndexError, ValueError):
+        pass
     try:
         return psutil.Process(pid).create_time()
     except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
@@ -88,12 +111,18 @@ def process_start_time(pid: int) -> float | None:
 
 
 def process_alive(pid: int, create_time: float | None = None) -> bool:
-    """True if ``pid`` runs (not a zombie) and, if given, was started at ``create_time``."""
+    """True if ``pid`` runs (not a zombie) and, if given, was started at ``create_time``
+    (``process_start_time``'s, or the epoch form an older release wrote)."""
     try:
         proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE:
             return False
-        return create_time is None or abs(proc.create_time() - create_time) < 0.01
+        if create_time is None:
+            return True
+        if create_time > _EPOCH_FORM:
+            return abs(proc.create_time() - create_time) < _EPOCH_SLACK
+        started = process_start_time(pid)
+        return started is not None and abs(started - create_time) < 0.01
     except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
         return False
 
