@@ -61,8 +61,8 @@ def scope_keys_sql(alias: str) -> str:
 
 def scope_key(element: dict[str, Any]) -> str | None:
     """The key of a filter element (``{"s": session}`` or ``{"m": {key: value}}``) that a
-    fact's ``scope_keys`` holds exactly when its ``source_scope`` contains ``[element]``;
-    ``None`` when there is none (see the module's docstring)."""
+    fact's keys (``engramdb_scope_keys``) hold exactly when its ``source_scope`` contains
+    ``[element]``; ``None`` when there is none (see the module's docstring)."""
     if set(element) == {"s"} and isinstance(element["s"], str):
         return f"s:{element['s']}"
     if set(element) != {"m"} or not isinstance(element["m"], dict) or len(element["m"]) != 1:

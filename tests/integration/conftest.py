@@ -23,7 +23,7 @@ import pytest
 from psycopg import sql
 
 from engramdb.infra.database import ensure_extensions, es_env_from_url
-from engramdb.infra.embedded_nats import ensure_nats
+from engramdb.infra.embedded_nats import ensure_nats, nats_running
 from engramdb.infra.embedded_postgres import ensure_postgres, postgres_running
 
 
@@ -48,13 +48,9 @@ def no_default_data_dir(embedded_data_dir: Path) -> Iterator[None]:
     that falls back to the default (a CLI command that needs NATS, say) would otherwise start
     servers in the user's real ``~/.local/share/engramdb`` (``/var/lib/engramdb`` as root) —
     a second NATS for the run, and the tests writing into someone's memory."""
-    before = os.environ.get("ENGRAMDB_DATA_DIR")
-    os.environ["ENGRAMDB_DATA_DIR"] = str(embedded_data_dir)
-    yield
-    if before is None:
-        os.environ.pop("ENGRAMDB_DATA_DIR", None)
-    else:
-        os.environ["ENGRAMDB_DATA_DIR"] = before
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ENGRAMDB_DATA_DIR", str(embedded_data_dir))
+        yield
 
 
 def _stop_servers_under(path: Path) -> None:
@@ -99,7 +95,7 @@ def nats_url(embedded_data_dir: Path) -> Iterator[str]:
         return
     handle = ensure_nats(embedded_data_dir)
     yield handle.url
-    if not psutil.pid_exists(handle.pid):
+    if nats_running(embedded_data_dir) is None:
         _note_a_death("NATS", embedded_data_dir / "run" / "nats-server.log")
     handle.stop()
 

@@ -6,7 +6,7 @@ bound parameters."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -75,8 +75,7 @@ class Narrowing:
 
     def without_keys(self) -> Narrowing:
         """This narrowing tested by its containments only (a database without the keys' index)."""
-        params = {k: v for k, v in self.params.items() if k != "nwk"}
-        return Narrowing(self.turn_sql, params, self.selective, self.few_turns, self.sparse_turns)
+        return replace(self, params={k: v for k, v in self.params.items() if k != "nwk"})
 
     def _copy_contains(self, alias: str) -> str:
         """The copy contains one of the filter's elements (``nwc``, ``nwc_1``, …): ORed
@@ -133,8 +132,7 @@ class Narrowing:
 
     def with_listed_turns(self, turn_ids: list[str]) -> Narrowing:
         """This narrowing with its passing turns listed (``nwt``, for ``listed_turns``)."""
-        return Narrowing(self.turn_sql, {**self.params, "nwt": turn_ids}, self.selective, self.few_turns,
-                         self.sparse_turns)
+        return replace(self, params={**self.params, "nwt": turn_ids})
 
     def fact_late(self, alias: str) -> str:
         """``fact``'s per-row probe as a ``late_probe``, for rows read in a fenced order."""
@@ -143,7 +141,6 @@ class Narrowing:
     def _source_turn(self, alias: str) -> str:
         return (f"SELECT true FROM mem_messages nw WHERE nw.agent_id = {alias}.agent_id"
                 f" AND nw.message_id = ANY({alias}.source_message_ids) AND {self.turn('nw')}")
-
 
 
 def copy_param_names(count: int) -> list[str]:

@@ -38,8 +38,6 @@ def _active_at(alias: str = "f") -> str:
     )
 
 
-
-
 def exact_when_selective(small: bool | None, scope: Narrowing | None) -> bool | None:
     """``nearest_cte``'s ``small``: the exact branch when the narrowing is selective (its few
     rows are sorted by distance), else the size gate's verdict."""
