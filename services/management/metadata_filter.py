@@ -57,6 +57,7 @@ class MetadataFilter:
                 raise ValueError(f"{path}: more than {MAX_CONDITIONS} conditions")
             if isinstance(value, dict):
                 self._check_ops(value, f"{path}.{key}")
+            _no_nul(value, f"{path}.{key}")
 
     @staticmethod
     def _check_ops(ops: dict[str, Any], path: str) -> None:
@@ -179,3 +180,19 @@ def _and(left: list[dict[str, Any]] | None, right: list[dict[str, Any]] | None,
 
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _no_nul(value: Any, path: str) -> None:
+    """A NUL character anywhere in a value (a string, a list's, an operator's argument) is a
+    4xx here: PostgreSQL's text and jsonb cannot hold it, and the filter would otherwise fail
+    in the database, a 500."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise ValueError(f"{path}: values cannot contain the NUL character")
+    elif isinstance(value, list):
+        for item in value:
+            _no_nul(item, path)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _no_nul(key, path)
+            _no_nul(item, path)

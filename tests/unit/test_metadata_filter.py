@@ -39,6 +39,9 @@ def test_operators_and_logic_render() -> None:
     ({"AND": {"channel": "x"}}, "non-empty list of filters"),
     ({"channel": {"contains": ["x"]}}, "string or a scalar"),
     ({"k": {}}, "empty operator"),
+    ({"k": "a\x00b"}, "NUL"),
+    ({"OR": [{"k": {"in": ["v", "a\x00b"]}}]}, "NUL"),
+    ({"k": {"contains": "\x00"}}, "NUL"),
 ])
 def test_a_misspelt_filter_is_an_error_naming_where(tree: dict, where: str) -> None:
     with pytest.raises(ValueError, match=where):
