@@ -517,9 +517,9 @@ def test_a_narrowed_neighbour_walk_finds_the_first_passing_turns_in_order(
         with mem.cell(agent_id).pool.connection() as conn:
             for tree, copied in itertools.product(({"rare": "yes"}, {"half": "yes"}), (True, False)):
                 compiled = narrowing(RetrieveFilter.of(metadata=tree), fact_copy=copied)
-                # probed as selective, the passing turns listed: the index-only walk (ADR-0047);
-                # by the probe (``nwt``) when it lists the facts too, else by the walk, in a
-                # statement before its own (a copied verdict is kept across calls)
+                # probed as selective, the passing turns listed by the probe (``nwt``) when it
+                # lists the facts too: the index-only walk (ADR-0047); a copied verdict (kept
+                # across calls) lists none: the walk reads its anchors' sessions' passing turns
                 listed = probe(conn, agent_id, compiled, cap=1000, share=1.0)
                 assert listed is not None and ("nwt" in listed.params) is not copied
                 assert (listed.listed_turns() is not None) is not copied and listed.lists_turns_late is copied
@@ -537,11 +537,37 @@ def test_a_narrowed_neighbour_walk_finds_the_first_passing_turns_in_order(
                     pairs = sorted((p[0], p[1], p[2]) for p in got.pairs)
                     assert pairs == sorted(expected), (tree, copied, span, scope.selective)
                     assert {p[1] for p in got.pairs} == set(got.rows), "each neighbour comes with its row"
-                _listed_walk_is_index_only(conn, agent_id, anchors, listed)
+                if copied:
+                    _late_walk_reads_the_anchor_sessions(conn, agent_id, anchors, listed)
+                else:
+                    _listed_walk_is_index_only(conn, agent_id, anchors, listed)
             # passing turns dense in their sessions (here: more than 1 a session) are not listed
             monkeypatch.setattr(scope_module, "LISTED_WALK_PER_SESSION", 1)
             dense = probe(conn, agent_id, narrowing(RetrieveFilter.of(metadata={"half": "yes"})), cap=1000, share=1.0)
             assert dense is not None and dense.selective and dense.listed_turns() is None
+
+
+def _late_walk_reads_the_anchor_sessions(conn: Any, agent_id: str, anchors: list[str], late: Any) -> None:
+    """A copied sparse narrowing's walk is ONE statement — no listing of every passing turn of
+    the agent before it — which reads the passing turns of the anchors' sessions only."""
+    from engramdb.services.retrieve import tail_lists
+
+    sent: list[str] = []
+
+    class Recording:
+        def execute(self, statement: str, params: Any = None) -> Any:
+            sent.append(statement)
+            return conn.execute(statement, params)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(conn, name)
+
+    expected = tail_lists.neighbours(conn, agent_id, anchors, 2, None, scope=late)
+    got = tail_lists.neighbours(Recording(), agent_id, anchors, 2, None, scope=late)
+    assert got.pairs and sorted(got.pairs) == sorted(expected.pairs)
+    reads = [s for s in sent if "mem_messages" in s]
+    assert len(reads) == 1, reads
+    assert "i.session_id = ANY((SELECT array_agg(DISTINCT a.session_id) FROM a)::text[])" in reads[0]
 
 
 def _listed_walk_is_index_only(conn: Any, agent_id: str, anchors: list[str], listed: Any) -> None:

@@ -114,9 +114,9 @@ class Narrowing:
         otherwise). Why: the test then reads only the turn's key, so a walk of an index
         holding the key (``tail_lists.neighbours``, the session-order index) can skip the
         turns that do not pass without reading their rows — a rare filter spread over every
-        session read ~50 rows per passing neighbour (ADR-0047). The list is the probe's when
-        it listed the facts too (read once per call, like ``nwf``: a turn projected after the
-        probe is left out), else the walk's own (``with_listed_turns``)."""
+        session read ~50 rows per passing neighbour (ADR-0047). The list is the probe's, which
+        listed the facts too (read once per call, like ``nwf``: a turn projected after the
+        probe is left out); a copied narrowing lists none (``lists_turns_late``)."""
         if not self.selective or "nwt" not in self.params:
             return None
         # ``IS TRUE``: a hashed subplan, built once per statement; a bare ``IN`` was pulled up
@@ -127,12 +127,9 @@ class Narrowing:
     @property
     def lists_turns_late(self) -> bool:
         """Selective and sparse, its passing turns not listed by the probe (a ``copied``
-        verdict, kept across calls by ``BroadVerdicts``): the neighbour walk reads them."""
+        verdict, kept across calls by ``BroadVerdicts``): the neighbour walk reads those of
+        its anchors' sessions itself (``tail_lists.neighbours``)."""
         return self.selective and self.sparse_turns and "nwt" not in self.params
-
-    def with_listed_turns(self, turn_ids: list[str]) -> Narrowing:
-        """This narrowing with its passing turns listed (``nwt``, for ``listed_turns``)."""
-        return replace(self, params={**self.params, "nwt": turn_ids})
 
     def fact_late(self, alias: str) -> str:
         """``fact``'s per-row probe as a ``late_probe``, for rows read in a fenced order."""
