@@ -115,10 +115,7 @@ def test_the_sweep_facts_read_with_the_semantic_ones_are_the_same(memory: Memory
                         lambda call, started: decided.append(real(call, started)) or decided[-1])
     monkeypatch.setattr(signals, "semantic_and_swept_facts",
                         lambda *a, **k: read_once.append(1) or real_read(*a, **k))
-    for _ in range(5):  # merged only once the question's vector is there: asked again if not yet
-        merged = memory.retrieve(agent_id, question, metadata=where)
-        if read_once or not merged.trace["within_selective"]:
-            break
+    merged = memory.retrieve(agent_id, question, metadata=where)  # merged while still embedding too
     monkeypatch.setattr(sweep_merged, "facts_merged", lambda call, started: False)
     apart = memory.retrieve(agent_id, question, metadata=where)
     assert merged.trace["subject_sweep"] is not None, "the question names a subject to sweep"
