@@ -187,10 +187,10 @@ def neighbours(
     if scope is not None and scope.lists_turns_late:
         # the passing turns of the anchors' sessions, read once by their indexes (a bitmap of
         # the sessions ANDed with the filter's), each side a walk of those few rows
-        passing = _PASSING_IN_ANCHOR_SESSIONS.format(visible=message_visibility(as_of, "i", scope))
         with custom_plans(conn):
-            found = _neighbour_rows(conn, _PASSING_SIDE, "", row, agent_id, anchors, span, as_of, qvec, speakers,
-                                    scope, passing)
+            found = conn.execute(
+                _PASSING_NEIGHBOURS.format(visible=message_visibility(as_of, "i", scope), row=row),
+                _neighbour_params(agent_id, anchors, span, as_of, qvec, speakers, scope)).fetchall()
     else:
         listed = scope.listed_turns() if scope is not None else None
         if listed is not None:
@@ -241,44 +241,61 @@ _LISTED_SIDE = """
           JOIN mem_messages n ON n.agent_id = %(a)s AND n.message_id = w.message_id"""
 
 
-# ``_SIDE`` under a narrowing whose passing turns are not listed but lie sparse in their
-# sessions (``Narrowing.lists_turns_late``): ``p``, the passing turns of the anchors' sessions,
-# is read once — a bitmap of those sessions' turns (the session-order index) ANDed with the
-# filter's (the metadata GIN index) — and each side walks ``p``'s few rows of its anchor's
-# session. Why: listing every passing turn of the agent first, then walking the session-order
-# index past the turns left out, read the rows of a rare filter spread over every session
-# (an OR of two 2 % values at 100k facts: 9.7 → 5.9 ms for the same pairs, ADR-0047).
-_PASSING_IN_ANCHOR_SESSIONS = """,
+# ``neighbours`` under a narrowing whose passing turns are not listed but lie sparse in their
+# sessions (``Narrowing.lists_turns_late``), in one statement: ``p``, the passing turns of the
+# anchors' sessions, read once — a bitmap of those sessions' turns (the session-order index)
+# ANDed with the filter's (the metadata GIN index); ``c`` numbers them in each session, as
+# said, with the anchors among them (an anchor right after its own turn when that passes,
+# ``own``; ``upto`` counts the passing turns said up to it); an anchor's k-th passing turn
+# before is then the one numbered ``upto - own - k + 1``, its k-th after ``upto + k`` — found by a hash join, so
+# the cost is the passing turns of those sessions plus the pairs, not anchors × turns. Same
+# pairs as ``_SIDE`` with the turn predicate (``occurred_at`` and ``recorded_at`` are never
+# NULL, so the row comparison and the ORDER BY agree). Why: listing every passing turn of the
+# agent first, then walking the session-order index past the turns left out, read the rows
+# of a rare filter spread over every session (an OR of two 2 % values at 100k facts: 9.2 →
+# ~5 ms for the same pairs, ADR-0047).
+_PASSING_NEIGHBOURS = """
+    WITH a AS MATERIALIZED (SELECT m.message_id, m.session_id, m.occurred_at, m.recorded_at FROM mem_messages m
+         WHERE m.agent_id = %(a)s AND m.message_id = ANY(%(ids)s) AND m.session_id IS NOT NULL),
      p AS MATERIALIZED (SELECT i.message_id, i.session_id, i.occurred_at, i.recorded_at FROM mem_messages i
          WHERE i.agent_id = %(a)s AND i.session_id = ANY((SELECT array_agg(DISTINCT a.session_id) FROM a)::text[])
-           AND {visible})"""
-
-_PASSING_SIDE = """
-        SELECT a.message_id AS anchor, {sign} * w.k AS k, {row},
-               coalesce(lower(n.speaker) = ANY(%(speakers)s::text[]), false) AS named, w.k
-          FROM a, LATERAL (
-            SELECT kept.message_id,
-                   row_number() OVER (ORDER BY kept.occurred_at {o}, kept.recorded_at {o}, kept.message_id {o}) AS k
-              FROM (SELECT p.message_id, p.occurred_at, p.recorded_at FROM p
-                     WHERE p.session_id = a.session_id
-                       AND (p.occurred_at, p.recorded_at, p.message_id) {cmp} (a.occurred_at, a.recorded_at, a.message_id)
-                     ORDER BY p.occurred_at {o}, p.recorded_at {o}, p.message_id {o}
-                     LIMIT %(walk)s) kept) w
-          JOIN mem_messages n ON n.agent_id = %(a)s AND n.message_id = w.message_id"""
+           AND {visible}),
+     c AS MATERIALIZED (SELECT u.message_id, u.session_id, u.anchor,
+                 count(*) FILTER (WHERE NOT u.anchor) OVER w AS upto,
+                 coalesce(lag(u.message_id) OVER w = u.message_id, false) AS own
+            FROM (SELECT p.*, false AS anchor FROM p UNION ALL SELECT a.*, true FROM a) u
+          WINDOW w AS (PARTITION BY u.session_id ORDER BY u.occurred_at, u.recorded_at, u.message_id, u.anchor
+                       ROWS UNBOUNDED PRECEDING)),
+     x AS (SELECT c.message_id AS anchor, c.session_id, c.upto, c.upto - c.own::int AS before
+             FROM c WHERE c.anchor),
+     want AS (SELECT x.anchor, x.session_id, -k AS k, x.before - k + 1 AS r
+                FROM x, generate_series(1, %(walk)s) k WHERE x.before - k + 1 >= 1
+              UNION ALL
+              SELECT x.anchor, x.session_id, k, x.upto + k FROM x, generate_series(1, %(walk)s) k)
+    SELECT want.anchor, want.k, {row}, coalesce(lower(n.speaker) = ANY(%(speakers)s::text[]), false) AS named,
+           abs(want.k)
+      FROM want
+      JOIN c ON NOT c.anchor AND c.session_id = want.session_id AND c.upto = want.r
+      JOIN mem_messages n ON n.agent_id = %(a)s AND n.message_id = c.message_id"""
 
 
 def _neighbour_rows(conn: Any, side: str, visible: str, row: str, agent_id: str, anchors: Sequence[str],
                     span: int, as_of: Any, qvec: str | None, speakers: Sequence[str],
-                    scope: Narrowing | None, more_ctes: str = "") -> list[tuple[Any, ...]]:
+                    scope: Narrowing | None) -> list[tuple[Any, ...]]:
     return conn.execute(
         "WITH a AS MATERIALIZED (SELECT m.message_id, m.session_id, m.occurred_at, m.recorded_at FROM mem_messages m"
         " WHERE m.agent_id = %(a)s AND m.message_id = ANY(%(ids)s) AND m.session_id IS NOT NULL)"
-        + more_ctes + side.format(sign="-1", o="DESC", cmp="<", visible=visible, row=row)
+        + side.format(sign="-1", o="DESC", cmp="<", visible=visible, row=row)
         + " UNION ALL"
         + side.format(sign="1", o="ASC", cmp=">", visible=visible, row=row),
-        {"a": agent_id, "ids": list(anchors), "walk": int(span) * (2 if speakers else 1), "t": as_of,
-         "q": qvec, "speakers": [str(s) for s in speakers], **narrowing_params(scope)},
+        _neighbour_params(agent_id, anchors, span, as_of, qvec, speakers, scope),
     ).fetchall()
+
+
+def _neighbour_params(agent_id: str, anchors: Sequence[str], span: int, as_of: Any, qvec: str | None,
+                      speakers: Sequence[str], scope: Narrowing | None) -> dict[str, Any]:
+    return {"a": agent_id, "ids": list(anchors), "walk": int(span) * (2 if speakers else 1), "t": as_of,
+            "q": qvec, "speakers": [str(s) for s in speakers], **narrowing_params(scope)}
 
 
 def by_speaker(
